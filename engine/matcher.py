@@ -1,0 +1,268 @@
+"""The live matcher: event time, partition keys and per-key NFA state (DESIGN.md section 5).
+
+``Matcher(query).push(event) -> list[Match]`` and ``advance(watermark) -> list[Match]``,
+like Flink CEP's ``process`` / ``advance_time``: the compiled query is stateless,
+the matcher owns one state per (partition key, plan).
+
+Event time (DESIGN.md section 3): events are released to the NFA in (ts, id)
+order. An event of type T is **late**, and rejected with :class:`LateEventError`,
+when ``ts < max seen ts - allowed_lateness[T]``, when ``ts`` is at or before a
+watermark given to :meth:`Matcher.advance`, or when an event after it in (ts, id)
+order was already released. Buffered events are released once
+``ts <= max seen ts - max allowed lateness``. Timestamps are int microseconds UTC.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Any, Hashable, Literal
+
+from engine.buffer.chain import ChainStorage
+from engine.compiler import SKIP, CompiledQuery
+from engine.events import Event
+from engine.match import Match
+from engine.nfa.counters import Counters
+from engine.nfa.runs import RunStorage
+from engine.nfa.state import Pending, PlanState
+
+END_OF_TIME = (1 << 63) - 1
+_BEGIN = (-(1 << 63), -(1 << 63))
+
+
+class LateEventError(ValueError):
+    """An event that arrived behind the watermark; it was counted and not processed.
+
+    Attributes
+    ----------
+    event : Event
+    reason : str
+        One line, e.g. ``late event 17 (type A): ts 1000 is before the watermark 2000``.
+    """
+
+    def __init__(self, event: Event, reason: str) -> None:
+        self.event = event
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Matcher:
+    """Runs one compiled query over a stream.
+
+    Parameters
+    ----------
+    query : CompiledQuery
+        From :func:`engine.compiler.compile_query`.
+    storage : {"chain", "runs"}
+        Partial-match storage for skip_till_any_match: chain-partitioned storage
+        (default) or one run per partial match (the baseline). Other strategies
+        always use runs.
+    allowed_lateness_us : int or dict[str, int]
+        How far behind the newest event an event may arrive, in microseconds, for every
+        type or per event type (missing types: 0).
+
+    Raises
+    ------
+    ValueError
+        For an unknown storage or a negative lateness.
+    """
+
+    def __init__(
+        self,
+        query: CompiledQuery,
+        storage: Literal["chain", "runs"] = "chain",
+        allowed_lateness_us: int | dict[str, int] = 0,
+    ) -> None:
+        if storage not in ("chain", "runs"):
+            raise ValueError(f"storage must be 'chain' or 'runs', not {storage!r}")
+        self.query = query
+        self.counters = Counters()
+        w = query.window_us
+        self.storage = storage if query.strategy == "skip_till_any_match" else "runs"
+        self.engines: list[Any] = [
+            ChainStorage(p, w, self.counters) if self.storage == "chain" else RunStorage(p, w, query.strategy, self.counters)
+            for p in query.plans
+        ]
+        if isinstance(allowed_lateness_us, dict):
+            self.lateness = dict(allowed_lateness_us)
+            self.default_lateness = 0
+        else:
+            self.lateness = {}
+            self.default_lateness = int(allowed_lateness_us)
+        if self.default_lateness < 0 or any(v < 0 for v in self.lateness.values()):
+            raise ValueError("allowed lateness must be >= 0 microseconds")
+        self.max_lateness = max([self.default_lateness, *self.lateness.values()])
+        self.states: dict[Hashable, list[PlanState]] = {}
+        self.max_seen: int | None = None
+        self.watermark = -(1 << 63)
+        self.last_released = _BEGIN
+        self.buffer: list[tuple[int, int, Event]] = []
+        self.pending: list[tuple[int, int, Pending]] = []
+        self._seq = 0
+        self._out: list[Match] = []
+        self._strict = query.strategy == "strict_contiguity"
+        self._last_key: Any = SKIP
+        self._next_sweep = -(1 << 63)
+        self._trailing_types = frozenset(t for p in query.plans for n in p.trailing for t in n.types)
+
+    # ------------------------------------------------------------------ public API
+
+    def push(self, event: Event) -> list[Match]:
+        """Offer one event; return the matches it (or the events it released) completed.
+
+        Raises
+        ------
+        LateEventError
+            When the event is late (see the module docstring); it is counted in
+            ``stats()["late"]`` and changes nothing.
+        """
+        if event.type not in self.query.types:
+            self.counters.ignored += 1
+            return []
+        self._check_late(event)
+        if self.max_seen is None or event.ts > self.max_seen:
+            self.max_seen = event.ts
+        out = self._out = []
+        if self.max_lateness == 0 and not self.buffer:
+            self._release(event)
+        else:
+            heapq.heappush(self.buffer, (event.ts, event.id, event))
+            limit = self.max_seen - self.max_lateness
+            while self.buffer and self.buffer[0][0] <= limit:
+                self._release(heapq.heappop(self.buffer)[2])
+        return self._finish(out)
+
+    def advance(self, watermark_us: int) -> list[Match]:
+        """Declare that no event with ``ts <= watermark_us`` will come.
+
+        Releases buffered events up to it, closes windows that end at or before it and
+        emits the trailing-negation matches whose deadline is ``<= watermark_us``.
+        """
+        out = self._out = []
+        while self.buffer and self.buffer[0][0] <= watermark_us:
+            self._release(heapq.heappop(self.buffer)[2])
+        self._emit_pending(watermark_us)
+        if watermark_us > self.watermark:
+            self.watermark = watermark_us
+        self._sweep(watermark_us)
+        return self._finish(out)
+
+    def flush(self) -> list[Match]:
+        """End of stream: release everything, emit every pending match, drop all state."""
+        out = self.advance(END_OF_TIME)
+        for states in self.states.values():
+            for engine, st in zip(self.engines, states):
+                engine.expire(st, END_OF_TIME)
+        self.states.clear()
+        return out
+
+    def stats(self) -> dict[str, int]:
+        """Counters (see :class:`engine.nfa.counters.Counters`) plus ``keys`` and ``live_partial_matches``."""
+        d = self.counters.as_dict()
+        d["keys"] = len(self.states)
+        d["live_partial_matches"] = self.counters.live
+        d["buffered"] = len(self.buffer)
+        return d
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_late(self, e: Event) -> None:
+        reason = None
+        if e.ts <= self.watermark:
+            reason = f"ts {e.ts} is at or before the watermark {self.watermark}"
+        elif self.max_seen is not None:
+            lateness = self.lateness.get(e.type, self.default_lateness)
+            if e.ts < self.max_seen - lateness:
+                reason = (
+                    f"ts {e.ts} is more than the allowed lateness ({lateness} us) "
+                    f"behind the newest event ts {self.max_seen}"
+                )
+            elif (e.ts, e.id) <= self.last_released:
+                reason = (
+                    f"(ts, id) = ({e.ts}, {e.id}) is not after the last processed event "
+                    f"{self.last_released}; equal timestamps must arrive in id order"
+                )
+        if reason is not None:
+            self.counters.late += 1
+            raise LateEventError(e, f"late event {e.id} (type {e.type}): {reason}")
+
+    def _finish(self, out: list[Match]) -> list[Match]:
+        if len(self.engines) > 1 and len(out) > 1:
+            seen: set[Any] = set()
+            unique = []
+            for m in out:
+                k = m.key()
+                if k not in seen:
+                    seen.add(k)
+                    unique.append(m)
+            out = unique
+        self.counters.emitted += len(out)
+        return out
+
+    def _release(self, e: Event) -> None:
+        self.last_released = (e.ts, e.id)
+        if self.pending and self.pending[0][0] < e.ts:
+            self._emit_pending(e.ts - 1)
+        self.counters.events += 1
+        key = self.query.key_of(e)
+        if key is SKIP:
+            self.counters.ignored += 1
+            return
+        if self._strict and self._last_key is not SKIP and self._last_key != key:
+            old = self.states.get(self._last_key)
+            if old is not None:
+                for engine, st in zip(self.engines, old):
+                    engine.clear(st)
+        self._last_key = key
+        states = self.states.get(key)
+        if states is None:
+            states = self.states[key] = [engine.new_state() for engine in self.engines]
+        if e.type in self._trailing_types:
+            for st in states:
+                if st.pending:
+                    st.kill_pending(e)
+        sink = self._sink
+        for engine, st in zip(self.engines, states):
+            engine.process(st, e, sink)
+        if self.query.window_us is not None and e.ts >= self._next_sweep:
+            self._sweep(e.ts)
+            self._next_sweep = e.ts + self.query.window_us
+
+    def _sink(self, state: PlanState, env: tuple[Any, ...]) -> None:
+        plan = state.plan
+        if plan.trailing:
+            first = env[0][0] if plan.slots[0].kleene else env[0]
+            last = env[-1][-1] if plan.slots[-1].kleene else env[-1]
+            assert self.query.window_us is not None
+            p = Pending(first.ts + self.query.window_us, last, env, plan)
+            state.pending.append(p)
+            self._seq += 1
+            heapq.heappush(self.pending, (p.deadline, self._seq, p))
+            self.counters.pending += 1
+        else:
+            self._out.append(self.query.make_match(plan, env))
+
+    def _emit_pending(self, up_to: int) -> None:
+        heap = self.pending
+        while heap and heap[0][0] <= up_to:
+            p = heapq.heappop(heap)[2]
+            self.counters.pending -= 1
+            if not p.killed:
+                p.killed = True  # emitted: the state's list drops it
+                self._out.append(self.query.make_match(p.plan, p.env))
+
+    def _sweep(self, now: int) -> None:
+        """Expire partial matches of every key that left the window; forget empty keys."""
+        w = self.query.window_us
+        if w is None:
+            return
+        lower = now - w if now < END_OF_TIME else END_OF_TIME
+        empty = []
+        for key, states in self.states.items():
+            alive = False
+            for engine, st in zip(self.engines, states):
+                engine.expire(st, lower)
+                if st.live() or st.pending or any(st.neg_buf):
+                    alive = True
+            if not alive:
+                empty.append(key)
+        for key in empty:
+            del self.states[key]

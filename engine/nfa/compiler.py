@@ -1,0 +1,465 @@
+"""Compile a validated pattern query into NFA plans (DESIGN.md section 5).
+
+Each linear plan (:mod:`engine.nfa.plans`) becomes a :class:`NFAPlan`: one
+:class:`Slot` per positive component (SASE+ NFA^b states: *begin* binds the
+first event of a component, *take* appends to a Kleene component, *proceed*
+moves on, *ignore* skips), negations between slots, and WHERE conjuncts pushed
+down to the earliest edge where all their variables are bound:
+
+- ``entry_local``  conditions on the event alone (Flink's SimpleCondition),
+- ``entry_edge``   conditions on the event and the previous slot's last event,
+- ``entry_general`` everything else evaluable when the slot is bound (IterativeCondition),
+- ``take_*``       the same for a further element of a Kleene slot,
+- ``emit_general`` conditions on ``b[last]``/``b[k]`` of a final Kleene slot.
+
+Within a group, cheap and selective conjuncts come first (equalities, then
+ranges; fewer AST nodes first). The compiled plans hold no per-key state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from engine.events import Event
+from engine.lql.ast import (
+    Aggregate,
+    AttrRef,
+    BinOp,
+    BoolOp,
+    Compare,
+    Component,
+    Equivalence,
+    Expr,
+    Index,
+    Neg,
+    Not,
+    PatternQuery,
+)
+from engine.lql.errors import QueryError
+from engine.nfa.conditions import Fn, compile_bool, compile_value, expr_cost, selectivity_rank
+from engine.nfa.plans import Plan
+
+
+class _NotEdge(Exception):
+    """A reference the edge form cannot resolve: the conjunct is general."""
+
+
+@dataclass(slots=True)
+class Conjunct:
+    """A general-form condition ``fn(env, i, x)``.
+
+    ``ivar`` is the slot indexed by ``i`` (None when the conjunct has no ``b[i]``);
+    ``uses_prev`` says whether ``b[i-1]`` appears (the conjunct then applies from i = 2).
+    """
+
+    fn: Fn
+    ivar: int | None = None
+    uses_prev: bool = False
+
+    def holds_all(self, env: Any, x: Event | None = None) -> bool:
+        """True when the conjunct holds for every position of its ``i`` variable (or once)."""
+        if self.ivar is None:
+            return bool(self.fn(env, 0, x))
+        fn = self.fn
+        for i in range(1 if self.uses_prev else 0, len(env[self.ivar])):
+            if not fn(env, i, x):
+                return False
+        return True
+
+    def holds_last(self, env: Any) -> bool:
+        """True when the conjunct holds for the newest element of its ``i`` variable."""
+        i = len(env[self.ivar]) - 1 if self.ivar is not None else 0
+        if self.uses_prev and i == 0:
+            return True
+        return bool(self.fn(env, i, None))
+
+
+@dataclass(slots=True)
+class NegSpec:
+    """A negation ``!T n`` after positive slot ``after`` (trailing when ``trailing``).
+
+    ``check_slot``: the slot whose binding checks it (the next slot, or later when its
+    conjuncts mention later variables); ``edge_fns`` (``f(prev_last, next_first, x)``)
+    when every conjunct has the edge form, else ``conds`` in general form;
+    ``local_fns`` (``f(None, x, None)``) when the conjuncts mention only ``n``.
+    """
+
+    after: int
+    types: frozenset[str]
+    var: str
+    trailing: bool
+    check_slot: int
+    conds: list[Conjunct]
+    edge_fns: list[Fn] | None
+    local_fns: list[Fn] | None
+    k: int = -1
+    """Index in the plan's middle negations (-1 for trailing ones)."""
+
+    def qualifies_local(self, x: Event) -> bool:
+        """Whether ``x`` violates the negation by itself (only for ``local_fns`` negations)."""
+        assert self.local_fns is not None
+        for fn in self.local_fns:
+            if not fn(None, x, None):
+                return False
+        return True
+
+    def violated_by(self, env: Any, x: Event) -> bool:
+        """Whether candidate ``x`` satisfies every conjunct of the negation under ``env``."""
+        for c in self.conds:
+            if not c.holds_all(env, x):
+                return False
+        return True
+
+
+@dataclass(slots=True)
+class Slot:
+    """A positive component of a plan (an NFA state with begin/take edges)."""
+
+    index: int
+    var: str
+    types: frozenset[str]
+    kleene: bool
+    entry_local: list[Fn] = field(default_factory=list)
+    entry_edge: list[Fn] = field(default_factory=list)
+    entry_general: list[Conjunct] = field(default_factory=list)
+    take_local: list[Fn] = field(default_factory=list)
+    take_edge: list[Fn] = field(default_factory=list)
+    take_general: list[Conjunct] = field(default_factory=list)
+    negations: list[NegSpec] = field(default_factory=list)
+    """Middle negations checked when this slot's first event is bound."""
+
+
+@dataclass(slots=True)
+class NFAPlan:
+    """One linear plan compiled to an NFA: slots, negations, output."""
+
+    index: int
+    slots: list[Slot]
+    emit_general: list[Conjunct]
+    negations: list[NegSpec]
+    trailing: list[NegSpec]
+    returns: list[tuple[str, Fn]]
+    slot_of_type: dict[str, list[int]]
+    neg_types: frozenset[str]
+
+    @property
+    def final(self) -> int:
+        return len(self.slots) - 1
+
+
+# --------------------------------------------------------------------------- references
+
+
+def refs_of(expr: Expr) -> list[AttrRef | Aggregate]:
+    """All variable references of an expression."""
+    if isinstance(expr, (AttrRef, Aggregate)):
+        return [expr]
+    if isinstance(expr, (Compare, BinOp)):
+        return refs_of(expr.left) + refs_of(expr.right)
+    if isinstance(expr, BoolOp):
+        return [r for e in expr.operands for r in refs_of(e)]
+    if isinstance(expr, (Not, Neg)):
+        return refs_of(expr.operand)
+    return []
+
+
+def _event_getter(attr: str) -> Callable[[Event], Any]:
+    if attr == "ts":
+        return lambda e: e.ts
+    if attr == "id":
+        return lambda e: e.id
+    if attr == "type":
+        return lambda e: e.type
+    return lambda e: e.attrs.get(attr)
+
+
+def _pick(pos: int, attr: str) -> Fn:
+    """Getter of ``attr`` from argument ``pos`` (0, 1 or 2) of ``f(a, b, c)``."""
+    if attr == "ts":
+        return (lambda a, b, c: a.ts, lambda a, b, c: b.ts, lambda a, b, c: c.ts)[pos]
+    if attr == "id":
+        return (lambda a, b, c: a.id, lambda a, b, c: b.id, lambda a, b, c: c.id)[pos]
+    if attr == "type":
+        return (lambda a, b, c: a.type, lambda a, b, c: b.type, lambda a, b, c: c.type)[pos]
+    return (
+        lambda a, b, c: a.attrs.get(attr),
+        lambda a, b, c: b.attrs.get(attr),
+        lambda a, b, c: c.attrs.get(attr),
+    )[pos]
+
+
+class PlanCompiler:
+    """Builds one :class:`NFAPlan` from a linear plan and the query's conjuncts."""
+
+    def __init__(self, query: PatternQuery, plan: Plan, index: int, fold_equivalence: bool) -> None:
+        self.query = query
+        self.plan = plan
+        self.index = index
+        self.fold_equivalence = fold_equivalence
+        self.pos_slot: dict[str, int] = {}
+        self.neg_after: dict[str, int] = {}
+        self.positives: list[Component] = []
+        for comp in plan:
+            if comp.kind == "neg":
+                self.neg_after[comp.var] = len(self.positives) - 1
+            else:
+                self.pos_slot[comp.var] = len(self.positives)
+                self.positives.append(comp)
+
+    # ------------------------------------------------------------------ resolvers
+
+    def _general(self, ref: AttrRef | Aggregate) -> Fn:
+        if ref.var in self.neg_after:
+            get = _event_getter(ref.attr or "")
+            return lambda env, i, x: get(x)
+        slot = self.pos_slot.get(ref.var)
+        if slot is None:
+            return lambda env, i, x: None
+        if isinstance(ref, Aggregate):
+            return _aggregate(ref, slot, self.positives[slot].is_kleene)
+        get = _event_getter(ref.attr)
+        idx = ref.index
+        if idx is None:
+            return lambda env, i, x: get(env[slot])
+        if idx.kind == "i":
+            return lambda env, i, x: get(env[slot][i])
+        if idx.kind == "prev":
+            return lambda env, i, x: get(env[slot][i - 1])
+        if idx.kind == "first":
+            return lambda env, i, x: get(env[slot][0])
+        if idx.kind == "last":
+            return lambda env, i, x: get(env[slot][-1])
+        k = idx.at
+
+        def at(env: Any, i: int, x: Any) -> Any:
+            seq = env[slot]
+            return get(seq[k - 1]) if len(seq) >= k else None
+
+        return at
+
+    def _edge_resolver(self, cur: int, mode: str) -> Callable[[AttrRef | Aggregate], Fn]:
+        """Resolver of the edge form ``f(prev, event, x)`` for slot ``cur``.
+
+        mode ``entry``: event = first element of ``cur``, prev = last event of ``cur - 1``;
+        ``take``: event = b[i], prev = b[i-1]; ``neg``: prev = last of ``cur``,
+        event = first of ``cur + 1``, x = the negated candidate.
+        """
+
+        def resolve(ref: AttrRef | Aggregate) -> Fn:
+            if isinstance(ref, Aggregate):
+                raise _NotEdge
+            kind = ref.index.kind if ref.index else None
+            if ref.var in self.neg_after:
+                if mode == "neg":
+                    return _pick(2, ref.attr)
+                raise _NotEdge
+            slot = self.pos_slot.get(ref.var)
+            kleene = slot is not None and self.positives[slot].is_kleene
+            if mode == "entry":
+                if slot == cur and kind in (None, "i", "first"):
+                    return _pick(1, ref.attr)
+                if slot == cur - 1 and (not kleene or kind == "last"):
+                    return _pick(0, ref.attr)
+            elif mode == "take":
+                if slot == cur and kind == "i":
+                    return _pick(1, ref.attr)
+                if slot == cur and kind == "prev":
+                    return _pick(0, ref.attr)
+            else:
+                if slot == cur and (not kleene or kind == "last"):
+                    return _pick(0, ref.attr)
+                if slot == cur + 1 and (not kleene or kind == "first"):
+                    return _pick(1, ref.attr)
+            raise _NotEdge
+
+        return resolve
+
+    # ------------------------------------------------------------------ conjuncts
+
+    def _conjuncts(self) -> list[Expr]:
+        where = self.query.where
+        if where is None:
+            return []
+        parts = list(where.operands) if isinstance(where, BoolOp) and where.op == "and" else [where]
+        out: list[Expr] = []
+        for part in parts:
+            if isinstance(part, Equivalence):
+                if not self.fold_equivalence:
+                    out.extend(self._equivalence(part))
+                continue
+            variables = {r.var for r in refs_of(part)}
+            if all(v in self.pos_slot or v in self.neg_after for v in variables):
+                out.append(part)
+        out.sort(key=lambda e: (selectivity_rank(e), expr_cost(e)))
+        return out
+
+    def _equivalence(self, eq: Equivalence) -> list[Expr]:
+        """``[attr]`` as equalities between neighbours (transitively: all equal)."""
+
+        def ref(comp: Component, kind: str | None) -> AttrRef:
+            return AttrRef(comp.var, eq.attr, Index(kind) if comp.is_kleene and kind else None, eq.pos)  # type: ignore[arg-type]
+
+        out: list[Expr] = []
+        for s, comp in enumerate(self.positives):
+            if comp.is_kleene:
+                out.append(Compare("=", ref(comp, "i"), ref(comp, "prev"), eq.pos))
+            if s > 0:
+                out.append(Compare("=", ref(comp, "first"), ref(self.positives[s - 1], "last"), eq.pos))
+        for comp in self.plan:
+            if comp.kind == "neg":
+                prev = self.positives[self.neg_after[comp.var]]
+                out.append(Compare("=", AttrRef(comp.var, eq.attr, None, eq.pos), ref(prev, "last"), eq.pos))
+        return out
+
+    def _point(self, expr: Expr) -> tuple[str, int]:
+        """Where a positive conjunct is evaluated: ("bind"|"each"|"close", slot)."""
+        refs = [r for r in refs_of(expr) if r.var in self.pos_slot]
+        jmax = max(self.pos_slot[r.var] for r in refs) if refs else 0
+        kinds = {r.index.kind if isinstance(r, AttrRef) and r.index else None for r in refs if self.pos_slot[r.var] == jmax}
+        if not self.positives[jmax].is_kleene:
+            return ("bind", jmax)
+        if kinds & {"last", "at"}:
+            return ("close", jmax)
+        if kinds & {"i", "prev"}:
+            return ("each", jmax)
+        return ("bind", jmax)
+
+    def _general_conjunct(self, expr: Expr) -> Conjunct:
+        ivar = None
+        uses_prev = False
+        for r in refs_of(expr):
+            if isinstance(r, AttrRef) and r.index and r.index.kind in ("i", "prev") and r.var in self.pos_slot:
+                ivar = self.pos_slot[r.var]
+                uses_prev = uses_prev or r.index.kind == "prev"
+        return Conjunct(compile_bool(expr, self._general), ivar, uses_prev)
+
+    def _edge_or_none(self, expr: Expr, cur: int, mode: str) -> Fn | None:
+        try:
+            return compile_bool(expr, self._edge_resolver(cur, mode))
+        except _NotEdge:
+            return None
+
+    # ------------------------------------------------------------------ build
+
+    def build(self, window_us: int | None, returns: list[tuple[str, Expr]]) -> NFAPlan:
+        slots = [
+            Slot(i, c.var, frozenset(c.types), c.is_kleene) for i, c in enumerate(self.positives)
+        ]
+        emit_general: list[Conjunct] = []
+        neg_conj: dict[str, list[Expr]] = {v: [] for v in self.neg_after}
+        for expr in self._conjuncts():
+            negs = {r.var for r in refs_of(expr) if r.var in self.neg_after}
+            if len(negs) > 1:
+                raise QueryError.at(getattr(expr, "pos", None), "a condition may mention at most one negated variable")
+            if negs:
+                neg_conj[negs.pop()].append(expr)
+                continue
+            kind, s = self._point(expr)
+            if kind == "close":
+                if s == len(slots) - 1:
+                    emit_general.append(self._general_conjunct(expr))
+                    continue
+                kind, s = "close-next", s + 1
+            self._place(slots[s], expr, kind)
+        negations: list[NegSpec] = []
+        trailing: list[NegSpec] = []
+        for comp in self.plan:
+            if comp.kind != "neg":
+                continue
+            spec = self._negation(comp, neg_conj[comp.var], len(slots))
+            if spec.trailing:
+                if window_us is None:
+                    raise QueryError.at(comp.pos, "a trailing negation needs WITHIN")
+                trailing.append(spec)
+            else:
+                spec.k = len(negations)
+                negations.append(spec)
+                slots[spec.check_slot].negations.append(spec)
+        slot_of_type: dict[str, list[int]] = {}
+        for slot in slots:
+            for t in slot.types:
+                slot_of_type.setdefault(t, []).append(slot.index)
+        neg_types = frozenset(t for n in negations + trailing for t in n.types)
+        compiled_returns = [(alias, compile_value(expr, self._general)) for alias, expr in returns]
+        return NFAPlan(self.index, slots, emit_general, negations, trailing, compiled_returns, slot_of_type, neg_types)
+
+    def _place(self, slot: Slot, expr: Expr, kind: str) -> None:
+        """Push a positive conjunct down to its slot's local, edge or general group."""
+        refs = [r for r in refs_of(expr) if r.var in self.pos_slot]
+        only_current = all(self.pos_slot[r.var] == slot.index for r in refs)
+        if kind == "each":
+            # first element: b[i-1] conjuncts do not apply; others evaluate with i = 1
+            uses_prev = any(isinstance(r, AttrRef) and r.index and r.index.kind == "prev" for r in refs)
+            if not uses_prev:
+                self._add_entry(slot, expr, only_current)
+            fn = self._edge_or_none(expr, slot.index, "take")
+            uses_only_i = all(
+                self.pos_slot[r.var] == slot.index and isinstance(r, AttrRef) and r.index and r.index.kind == "i"
+                for r in refs
+            )
+            if fn is None:
+                slot.take_general.append(self._general_conjunct(expr))
+            elif uses_only_i:
+                slot.take_local.append(fn)
+            else:
+                slot.take_edge.append(fn)
+            return
+        self._add_entry(slot, expr, only_current and kind != "close-next")
+
+    def _add_entry(self, slot: Slot, expr: Expr, only_current: bool) -> None:
+        fn = self._edge_or_none(expr, slot.index, "entry")
+        if fn is None:
+            slot.entry_general.append(self._general_conjunct(expr))
+        elif only_current:
+            slot.entry_local.append(fn)
+        else:
+            slot.entry_edge.append(fn)
+
+    def _negation(self, comp: Component, conjuncts: list[Expr], n_slots: int) -> NegSpec:
+        after = self.neg_after[comp.var]
+        trailing = after == n_slots - 1
+        later = [self.pos_slot[r.var] for e in conjuncts for r in refs_of(e) if r.var in self.pos_slot]
+        check_slot = max([after + 1] + later) if not trailing else after
+        conds = [self._general_conjunct(e) for e in conjuncts]
+        edge_fns: list[Fn] | None = None
+        local_fns: list[Fn] | None = None
+        if not trailing and check_slot == after + 1:
+            fns = [self._edge_or_none(e, after, "neg") for e in conjuncts]
+            if all(f is not None for f in fns):
+                edge_fns = [f for f in fns if f is not None]
+        if all(r.var == comp.var for e in conjuncts for r in refs_of(e)):
+            resolve_x = lambda ref: _pick(1, ref.attr)  # noqa: E731 - x passed as the event argument
+            local_fns = [compile_bool(e, resolve_x) for e in conjuncts]
+        return NegSpec(after, frozenset(comp.types), comp.var, trailing, check_slot, conds, edge_fns, local_fns)
+
+
+def _aggregate(agg: Aggregate, slot: int, kleene: bool) -> Fn:
+    """RETURN aggregate over a Kleene slot ``env[slot]`` (a single variable counts as one element)."""
+    get = _event_getter(agg.attr) if agg.attr else None
+    func = agg.func
+
+    def aggregate(env: Any, i: int, x: Any) -> Any:
+        bound = env[slot] if slot < len(env) else ()
+        seq = bound if kleene else (bound,)
+        if func == "count":
+            return len(seq)
+        assert get is not None
+        values = [v for v in (get(e) for e in seq) if v is not None]
+        if not values:
+            return None
+        if func == "first":
+            return get(seq[0])
+        if func == "last":
+            return get(seq[-1])
+        try:
+            if func == "sum":
+                return sum(values)
+            if func == "avg":
+                return sum(values) / len(values)
+            if func == "min":
+                return min(values)
+            return max(values)
+        except TypeError:
+            return None
+
+    return aggregate

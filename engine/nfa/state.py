@@ -1,0 +1,118 @@
+"""Per-key NFA state shared by both storages: negation buffers and pending trailing negations.
+
+A compiled plan holds no state (STYLE.md, Flink CEP's NFAState); the matcher
+keeps one :class:`PlanState` subclass per (partition key, plan).
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+from typing import Any
+
+from engine.events import Event
+from engine.nfa.compiler import NFAPlan, NegSpec
+
+_NEVER = (-(1 << 63), -(1 << 63))
+
+
+class Pending:
+    """A complete match held until its trailing negations' deadline (``first.ts + window``)."""
+
+    __slots__ = ("deadline", "last", "env", "plan", "killed")
+
+    def __init__(self, deadline: int, last: Event, env: tuple[Any, ...], plan: NFAPlan) -> None:
+        self.deadline = deadline
+        self.last = last
+        self.env = env
+        self.plan = plan
+        self.killed = False
+
+
+class PlanState:
+    """Negation bookkeeping of one plan for one partition key.
+
+    ``neg_last[k]``: (ts, id) of the latest event that violates local-only negation k
+    by itself; ``neg_buf[k]``: the events of negation k's types, in order, for the
+    negations whose conditions relate them to other variables; ``pending``: complete
+    matches waiting for their trailing-negation deadline.
+    """
+
+    __slots__ = ("plan", "neg_last", "neg_buf", "pending")
+
+    def __init__(self, plan: NFAPlan) -> None:
+        self.plan = plan
+        self.neg_last: list[tuple[int, int]] = [_NEVER] * len(plan.negations)
+        self.neg_buf: list[list[Event]] = [[] for _ in plan.negations]
+        self.pending: list[Pending] = []
+
+    # ------------------------------------------------------------ recording
+    def record_negations(self, e: Event) -> None:
+        """Remember ``e`` for the middle negations whose types include it (after it was matched)."""
+        for k, spec in enumerate(self.plan.negations):
+            if e.type in spec.types:
+                if spec.local_fns is not None:
+                    if spec.qualifies_local(e):
+                        self.neg_last[k] = (e.ts, e.id)
+                else:
+                    self.neg_buf[k].append(e)
+
+    def kill_pending(self, e: Event) -> None:
+        """Drop pending matches that ``e`` (a trailing-negation event) violates."""
+        keep = []
+        for p in self.pending:
+            if p.killed:
+                continue
+            if (p.last.ts, p.last.id) < (e.ts, e.id) and e.ts <= p.deadline:
+                for spec in p.plan.trailing:
+                    if e.type in spec.types and spec.violated_by(p.env, e):
+                        p.killed = True
+                        break
+            if not p.killed:
+                keep.append(p)
+        self.pending = keep
+
+    def trim(self, lower_ts: int) -> None:
+        """Forget negation events older than ``lower_ts`` (no live partial match can need them)."""
+        for buf in self.neg_buf:
+            if buf and buf[0].ts < lower_ts:
+                cut = 0
+                while cut < len(buf) and buf[cut].ts < lower_ts:
+                    cut += 1
+                del buf[:cut]
+        if self.pending:
+            self.pending = [p for p in self.pending if not p.killed and p.deadline >= lower_ts]
+
+    # ------------------------------------------------------------ checks
+    def edge_negations_ok(self, specs: list[NegSpec], prev: Event, e: Event) -> bool:
+        """Middle negations checkable on the edge ``prev -> e`` (local or edge form) hold."""
+        for spec in specs:
+            if spec.local_fns is not None:
+                if self.neg_last[spec.k] > (prev.ts, prev.id):
+                    return False
+            elif spec.edge_fns is not None:
+                for x in self._between(spec.k, prev, e):
+                    if all(fn(prev, e, x) for fn in spec.edge_fns):
+                        return False
+        return True
+
+    def general_negation_ok(self, spec: NegSpec, env: tuple[Any, ...]) -> bool:
+        """A middle negation holds for the complete-enough binding ``env`` (buffer scan)."""
+        plan = self.plan
+        k = spec.k
+        lo = env[spec.after][-1] if plan.slots[spec.after].kleene else env[spec.after]
+        hi = env[spec.after + 1][0] if plan.slots[spec.after + 1].kleene else env[spec.after + 1]
+        if spec.local_fns is not None:
+            return True  # checked on the edge
+        for x in self._between(k, lo, hi):
+            if spec.violated_by(env, x):
+                return False
+        return True
+
+    def _between(self, k: int, lo: Event, hi: Event) -> list[Event]:
+        buf = self.neg_buf[k]
+        start = bisect_right(buf, (lo.ts, lo.id), key=lambda ev: (ev.ts, ev.id))
+        out = []
+        for x in buf[start:]:
+            if (x.ts, x.id) >= (hi.ts, hi.id):
+                break
+            out.append(x)
+        return out
