@@ -78,13 +78,10 @@ class CompiledQuery:
 
     def make_match(self, plan: NFAPlan, env: tuple[Any, ...]) -> Match:
         """Build the :class:`Match` of a complete binding ``env`` (one entry per slot of ``plan``)."""
-        events: dict[str, tuple[Event, ...]] = dict.fromkeys(self.variables, ())
-        for slot, bound in zip(plan.slots, env):
-            events[slot.var] = bound if slot.kleene else (bound,)
         first = env[0][0] if plan.slots[0].kleene else env[0]
         last = env[-1][-1] if plan.slots[-1].kleene else env[-1]
-        fields = {alias: fn(env, 0, None) for alias, fn in plan.returns} if plan.returns else {}
-        return Match(self.name, events, first.ts, last.ts, fields)
+        fields = {alias: fn(env, 0, None) for alias, fn in plan.returns} if plan.returns else None
+        return Match(self.name, None, first.ts, last.ts, fields, plan.layout, env)
 
 
 def compile_query(
@@ -145,6 +142,9 @@ def compile_query(
     if not plans:
         raise QueryError.at(ast.pattern.pos, "the pattern has no positive component")
     comps = components(ast.pattern)
+    variables = tuple(dict.fromkeys(c.var for c in comps if c.kind != "neg"))
+    for plan in plans:
+        plan.layout = (variables, tuple(s.var for s in plan.slots), tuple(s.kleene for s in plan.slots))
     return CompiledQuery(
         name=ast.name,
         ast=ast,
@@ -154,7 +154,7 @@ def compile_query(
         required=required,
         plans=plans,
         types=frozenset(t for c in comps for t in c.types),
-        variables=tuple(dict.fromkeys(c.var for c in comps if c.kind != "neg")),
+        variables=variables,
     )
 
 

@@ -1,13 +1,11 @@
 """Matches: complete instances of a pattern (the engine's output)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from engine.events import Event
 
 
-@dataclass(slots=True)
 class Match:
     """One complex event found by a query.
 
@@ -24,13 +22,40 @@ class Match:
         ts of the first and last event, int microseconds UTC.
     fields : dict[str, Any]
         The RETURN fields, by alias (empty when the query has no RETURN).
+
+    The engine builds ``events`` lazily from its binding (``layout`` + ``env``):
+    most matches of a high-rate query are counted or serialized once.
     """
 
-    query: str | None
-    events: dict[str, tuple[Event, ...]]
-    start: int
-    end: int
-    fields: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("query", "start", "end", "fields", "_events", "_layout", "_env")
+
+    def __init__(
+        self,
+        query: str | None,
+        events: dict[str, tuple[Event, ...]] | None,
+        start: int,
+        end: int,
+        fields: dict[str, Any] | None = None,
+        layout: Any = None,
+        env: tuple[Any, ...] | None = None,
+    ) -> None:
+        self.query = query
+        self.start = start
+        self.end = end
+        self.fields = fields if fields is not None else {}
+        self._events = events
+        self._layout = layout
+        self._env = env
+
+    @property
+    def events(self) -> dict[str, tuple[Event, ...]]:
+        if self._events is None:
+            variables, slot_vars, kleene = self._layout
+            events: dict[str, tuple[Event, ...]] = dict.fromkeys(variables, ())
+            for var, k, bound in zip(slot_vars, kleene, self._env):  # type: ignore[arg-type]
+                events[var] = bound if k else (bound,)
+            self._events = events
+        return self._events
 
     def ids(self) -> dict[str, list[int]]:
         """Variable name -> event ids (the ``events`` object of ``lace match`` output)."""
@@ -49,3 +74,16 @@ class Match:
             "end": self.end,
             "fields": self.fields,
         }
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Match)
+            and self.query == other.query
+            and self.start == other.start
+            and self.end == other.end
+            and self.events == other.events
+            and self.fields == other.fields
+        )
+
+    def __repr__(self) -> str:
+        return f"Match(query={self.query!r}, events={self.ids()!r}, start={self.start}, end={self.end}, fields={self.fields!r})"

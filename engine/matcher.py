@@ -78,7 +78,9 @@ class Matcher:
         w = query.window_us
         self.storage = storage if query.strategy == "skip_till_any_match" else "runs"
         self.engines: list[Any] = [
-            ChainStorage(p, w, self.counters) if self.storage == "chain" else RunStorage(p, w, query.strategy, self.counters)
+            ChainStorage(p, w, self.counters, query.name, self._sink)
+            if self.storage == "chain"
+            else RunStorage(p, w, query.strategy, self.counters, query.name, self._sink)
             for p in query.plans
         ]
         if isinstance(allowed_lateness_us, dict):
@@ -102,6 +104,11 @@ class Matcher:
         self._last_key: Any = SKIP
         self._next_sweep = -(1 << 63)
         self._trailing_types = frozenset(t for p in query.plans for n in p.trailing for t in n.types)
+        self._types = query.types
+        self._in_order = self.max_lateness == 0
+        self._multi = len(self.engines) > 1
+        pb = query.partition_by
+        self._key_attr = pb[0] if len(pb) == 1 and not query.required and pb[0] not in ("ts", "id", "type") else None
 
     # ------------------------------------------------------------------ public API
 
@@ -114,13 +121,23 @@ class Matcher:
             When the event is late (see the module docstring); it is counted in
             ``stats()["late"]`` and changes nothing.
         """
-        if event.type not in self.query.types:
+        if event.type not in self._types:
             self.counters.ignored += 1
             return []
+        out = self._out = []
+        if self._in_order:
+            # no lateness allowed and nothing buffered: release at once when in (ts, id) order
+            ts = event.ts
+            last_ts, last_id = self.last_released
+            if (ts > last_ts or (ts == last_ts and event.id > last_id)) and ts > self.watermark:
+                self.max_seen = ts
+                self._release(event)
+                if not out:
+                    return out
+                return self._finish(out) if self._multi else self._count(out)
         self._check_late(event)
         if self.max_seen is None or event.ts > self.max_seen:
             self.max_seen = event.ts
-        out = self._out = []
         if self.max_lateness == 0 and not self.buffer:
             self._release(event)
         else:
@@ -129,6 +146,10 @@ class Matcher:
             while self.buffer and self.buffer[0][0] <= limit:
                 self._release(heapq.heappop(self.buffer)[2])
         return self._finish(out)
+
+    def _count(self, out: list[Match]) -> list[Match]:
+        self.counters.emitted += len(out)
+        return out
 
     def advance(self, watermark_us: int) -> list[Match]:
         """Declare that no event with ``ts <= watermark_us`` will come.
@@ -202,7 +223,7 @@ class Matcher:
         if self.pending and self.pending[0][0] < e.ts:
             self._emit_pending(e.ts - 1)
         self.counters.events += 1
-        key = self.query.key_of(e)
+        key = e.attrs.get(self._key_attr) if self._key_attr is not None else self.query.key_of(e)
         if key is SKIP:
             self.counters.ignored += 1
             return
@@ -215,14 +236,17 @@ class Matcher:
         states = self.states.get(key)
         if states is None:
             states = self.states[key] = [engine.new_state() for engine in self.engines]
-        if e.type in self._trailing_types:
+        if self._trailing_types and e.type in self._trailing_types:
             for st in states:
                 if st.pending:
                     st.kill_pending(e)
-        sink = self._sink
-        for engine, st in zip(self.engines, states):
-            engine.process(st, e, sink)
-        if self.query.window_us is not None and e.ts >= self._next_sweep:
+        out = self._out
+        if self._multi:
+            for engine, st in zip(self.engines, states):
+                engine.process(st, e, out)
+        else:
+            self.engines[0].process(states[0], e, out)
+        if e.ts >= self._next_sweep and self.query.window_us is not None:
             self._sweep(e.ts)
             self._next_sweep = e.ts + self.query.window_us
 

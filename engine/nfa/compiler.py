@@ -141,6 +141,8 @@ class NFAPlan:
     returns: list[tuple[str, Fn]]
     slot_of_type: dict[str, list[int]]
     neg_types: frozenset[str]
+    layout: Any = None
+    """(query variables, slot variables, slot Kleene flags): how a binding becomes ``Match.events``."""
 
     @property
     def final(self) -> int:

@@ -23,39 +23,35 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from engine.events import Event
+from engine.match import Match
 from engine.nfa.compiler import NFAPlan
 from engine.nfa.counters import Counters
 from engine.nfa.state import PlanState
 
 Sink = Callable[[PlanState, tuple[Any, ...]], None]
+_ANY, _NEXT, _CONTIGUOUS = range(3)
+_FAR_PAST = -(1 << 62)
 
 
-class Run:
-    """One partial match: bound slots ``env`` (prefix), the last bound slot, first event ts."""
-
-    __slots__ = ("env", "slot", "first_ts")
-
-    def __init__(self, env: tuple[Any, ...], slot: int, first_ts: int) -> None:
-        self.env = env
-        self.slot = slot
-        self.first_ts = first_ts
+# A run is a tuple (first_ts, env): the ts of its first event and its bound slots (a prefix).
+Run = tuple
 
 
 class RunState(PlanState):
-    """Per-key live runs, in creation order."""
+    """Per-key live runs: ``by_slot[j]`` holds the runs whose last bound slot is j.
 
-    __slots__ = ("runs",)
+    Runs are filed by NFA state so that an event only visits the runs it can
+    advance (an event of type C never looks at runs waiting for a B).
+    """
+
+    __slots__ = ("by_slot",)
 
     def __init__(self, plan: NFAPlan) -> None:
         super().__init__(plan)
-        self.runs: list[Run] = []
+        self.by_slot: list[list[Run]] = [[] for _ in plan.slots]
 
     def live(self) -> int:
-        return len(self.runs)
-
-
-def _last(env: tuple[Any, ...], slot: int, kleene: bool) -> Event:
-    return env[slot][-1] if kleene else env[slot]
+        return sum(len(runs) for runs in self.by_slot)
 
 
 class RunStorage:
@@ -71,10 +67,26 @@ class RunStorage:
     counters : Counters
         Shared counters (``created``: runs created; ``copied``: runs created while
         the run they extend stays alive).
+    query_name : str | None
+        Put in every Match.
+    sink : callable
+        ``sink(state, env)`` receives complete bindings that need a trailing negation or
+        RETURN fields; other matches are appended to the ``out`` list given to ``process``.
     """
 
-    def __init__(self, plan: NFAPlan, window_us: int | None, strategy: str, counters: Counters) -> None:
+    def __init__(
+        self,
+        plan: NFAPlan,
+        window_us: int | None,
+        strategy: str,
+        counters: Counters,
+        query_name: str | None,
+        sink: Sink,
+    ) -> None:
         self.plan = plan
+        self.query_name = query_name
+        self.sink = sink
+        self.direct = not plan.trailing and not plan.returns
         self.window_us = window_us
         self.strategy = strategy
         self.any = strategy == "skip_till_any_match"
@@ -82,86 +94,123 @@ class RunStorage:
         self.counters = counters
         self.final = plan.final
         self.kleene = [s.kleene for s in plan.slots]
+        self.mode = _ANY if self.any else _NEXT if self.next else _CONTIGUOUS
+        self.first = plan.slots[0]
+        empty: frozenset[str] = frozenset()
+        self.take_types = [s.types if s.kleene else empty for s in plan.slots]
+        self.proceed_types = [plan.slots[j + 1].types if j < self.final else empty for j in range(len(plan.slots))]
+        n = len(plan.slots)
+        self.all_slots = tuple(range(n - 1, -1, -1))
+        # slots whose runs an event type can advance (contiguity visits every slot: others die)
+        self.visit: dict[str, tuple[int, ...]] = {}
+        self.default_visit = self.all_slots if self.mode == _CONTIGUOUS else ()
+        if self.mode != _CONTIGUOUS:
+            for t in {t for s in plan.slots for t in s.types}:
+                self.visit[t] = tuple(
+                    j for j in self.all_slots if t in self.take_types[j] or t in self.proceed_types[j]
+                )
 
     def new_state(self) -> RunState:
         return RunState(self.plan)
 
     def expire(self, state: RunState, lower_ts: int) -> None:
         """Drop runs whose first event is older than ``lower_ts``."""
-        before = len(state.runs)
-        if before:
-            state.runs = [r for r in state.runs if r.first_ts >= lower_ts]
-            self.counters.live -= before - len(state.runs)
+        for j, runs in enumerate(state.by_slot):
+            if runs:
+                alive = [r for r in runs if r[0] >= lower_ts]
+                if len(alive) != len(runs):
+                    self.counters.live -= len(runs) - len(alive)
+                    state.by_slot[j] = alive
         state.trim(lower_ts)
 
     def clear(self, state: RunState) -> None:
         """Kill every run (strict contiguity: an event of another key arrived)."""
-        self.counters.live -= len(state.runs)
-        state.runs = []
+        for j, runs in enumerate(state.by_slot):
+            self.counters.live -= len(runs)
+            state.by_slot[j] = []
 
-    def process(self, state: RunState, e: Event, sink: Sink) -> None:
-        """Advance every run of this key with ``e``, then start a new run at ``e``."""
-        plan = self.plan
-        slots = plan.slots
+    def process(self, state: RunState, e: Event, out: list[Match]) -> None:
+        """Advance the runs of this key that ``e`` can concern, then start a new run at ``e``."""
         counters = self.counters
-        if self.window_us is not None:
-            self.expire(state, e.ts - self.window_us)
+        lower = e.ts - self.window_us if self.window_us is not None else _FAR_PAST
+        if self.window_us is not None and self.plan.negations:
+            state.trim(lower)
         etype = e.type
-        new: list[Run] = []
-        for r in state.runs:
-            j = r.slot
-            slot = slots[j]
-            taken = None
-            if slot.kleene and etype in slot.types:
-                taken = self._take(r, e)
-            proceeded = None
-            applies = False
-            if j < self.final and etype in slots[j + 1].types:
-                applies, proceeded = self._proceed(state, r, e)
-            if self.any:
-                new.append(r)
-            elif self.next and taken is None and not applies:
-                new.append(r)  # skip an irrelevant event
-            branches = (taken is not None) + (proceeded is not None)
-            if self.any:
-                counters.copied += branches
-            elif branches == 2:
-                counters.copied += 1
-            for run in (taken, proceeded):
-                if run is not None:
-                    self._add(state, run, new, sink)
-        counters.live += len(new) - len(state.runs)
-        state.runs = new
-        first = slots[0]
-        if etype in first.types and all(fn(None, e, None) for fn in first.entry_local):
+        mode = self.mode
+        by_slot = state.by_slot
+        # last slot first: runs that proceed into slot j+1 do not see e again
+        for j in self.visit.get(etype, self.default_visit):
+            runs = by_slot[j]
+            if not runs:
+                continue
+            can_take = etype in self.take_types[j]
+            can_proceed = etype in self.proceed_types[j]
+            keep: list[Run] = []
+            up = by_slot[j + 1] if j < self.final else keep
+            n_up = len(up)
+            dropped = 0
+            for r in runs:
+                if r[0] < lower:
+                    dropped += 1
+                    continue
+                if not can_take and not can_proceed:
+                    if mode != _CONTIGUOUS:
+                        keep.append(r)  # ignore an irrelevant event
+                    else:
+                        dropped += 1
+                    continue
+                taken = self._take(j, r, e) if can_take else None
+                applies, proceeded = self._proceed(state, j, r, e) if can_proceed else (False, None)
+                if mode == _ANY:
+                    keep.append(r)
+                    counters.copied += (taken is not None) + (proceeded is not None)
+                elif mode == _NEXT and taken is None and not applies:
+                    keep.append(r)
+                else:
+                    dropped += 1
+                    if taken is not None and proceeded is not None:
+                        counters.copied += 1
+                if taken is not None:
+                    self._add(state, j, taken, keep, out)
+                if proceeded is not None:
+                    self._add(state, j + 1, proceeded, up, out)
+            by_slot[j] = keep
+            counters.live += len(keep) - len(runs) + (len(up) - n_up if up is not keep else 0)
+        first = self.first
+        if etype in first.types and (not first.entry_local or all(fn(None, e, None) for fn in first.entry_local)):
             env: tuple[Any, ...] = ((e,),) if first.kleene else (e,)
-            if all(c.holds_all(env) for c in first.entry_general):
-                if self._add(state, Run(env, 0, e.ts), state.runs, sink):
+            if not first.entry_general or all(c.holds_all(env) for c in first.entry_general):
+                if self._add(state, 0, (e.ts, env), by_slot[0], out):
                     counters.live += 1
         if counters.live > counters.peak_live:
             counters.peak_live = counters.live
-        if plan.negations:
+        if self.plan.negations:
             state.record_negations(e)
 
-    def _add(self, state: RunState, run: Run, into: list[Run], sink: Sink) -> bool:
-        """Count a new run, emit it when complete, and keep it unless it is finished."""
+    def _add(self, state: RunState, j: int, run: Run, into: list[Run], out: list[Match]) -> bool:
+        """Count a new run at slot ``j``, emit it when complete, keep it unless it is finished."""
         self.counters.created += 1
-        if run.slot == self.final:
-            env = run.env
-            if all(c.holds_all(env) for c in self.plan.emit_general):
-                sink(state, env)
-            if not self.kleene[run.slot]:
+        if j == self.final:
+            env = run[1]
+            if not self.plan.emit_general or all(c.holds_all(env) for c in self.plan.emit_general):
+                if self.direct:
+                    first = env[0][0] if self.kleene[0] else env[0]
+                    last = env[-1][-1] if self.kleene[-1] else env[-1]
+                    out.append(Match(self.query_name, None, first.ts, last.ts, None, self.plan.layout, env))
+                else:
+                    self.sink(state, env)
+            if not self.kleene[j]:
                 return False
         into.append(run)
         return True
 
-    def _take(self, r: Run, e: Event) -> Run | None:
-        slot = self.plan.slots[r.slot]
+    def _take(self, j: int, r: Run, e: Event) -> Run | None:
+        slot = self.plan.slots[j]
         for fn in slot.take_local:
             if not fn(None, e, None):
                 return None
-        env = r.env
-        seq = env[r.slot]
+        env = r[1]
+        seq = env[j]
         prev = seq[-1]
         for fn in slot.take_edge:
             if not fn(prev, e, None):
@@ -170,20 +219,20 @@ class RunStorage:
         for c in slot.take_general:
             if not c.holds_last(env):
                 return None
-        return Run(env, r.slot, r.first_ts)
+        return (r[0], env)
 
-    def _proceed(self, state: RunState, r: Run, e: Event) -> tuple[bool, Run | None]:
+    def _proceed(self, state: RunState, j: int, r: Run, e: Event) -> tuple[bool, Run | None]:
         """(whether proceeding applies, the new run or None when a negation fails)."""
-        j = r.slot
         slot = self.plan.slots[j + 1]
         for fn in slot.entry_local:
             if not fn(None, e, None):
                 return False, None
-        prev = _last(r.env, j, self.kleene[j])
+        env = r[1]
+        prev = env[j][-1] if self.kleene[j] else env[j]
         for fn in slot.entry_edge:
             if not fn(prev, e, None):
                 return False, None
-        env = r.env + (((e,),) if slot.kleene else (e,))
+        env = env + (((e,),) if slot.kleene else (e,))
         for c in slot.entry_general:
             if not c.holds_all(env):
                 return False, None
@@ -193,5 +242,5 @@ class RunStorage:
                     return True, None
             elif not state.general_negation_ok(spec, env):
                 return True, None
-        return True, Run(env, j + 1, r.first_ts)
+        return True, (r[0], env)
 
