@@ -1,0 +1,55 @@
+# LACE developer targets. `make` alone lists them.
+# Every target that needs Python sets up the virtual environment first (idempotent).
+
+PYTHON    ?= python3.11
+LACE_VENV ?= .venv
+PY        := $(LACE_VENV)/bin/python
+STAMP     := $(LACE_VENV)/.lace-installed
+PYTEST_ARGS ?=
+BENCH_ARGS  ?= --n 100000
+
+.DEFAULT_GOAL := help
+.PHONY: help venv test test-fast demo bench lint check-java clean
+
+help:  ## list the targets
+	@echo "LACE make targets:"
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{ printf "  %-11s %s\n", $$1, $$2 }'
+
+venv: $(STAMP)  ## create .venv (Python 3.11; LACE_VENV=dir to move it) and install LACE with dev extras
+
+# Reinstall when pyproject.toml changes or a top-level package appears (editable installs map packages at install time).
+$(STAMP): pyproject.toml $(wildcard */__init__.py)
+	@if [ ! -x "$(PY)" ]; then \
+	  command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is required ($(PYTHON) not found on PATH)" >&2; exit 1; }; \
+	  echo "creating $(LACE_VENV) with $(PYTHON)"; \
+	  $(PYTHON) -m venv $(LACE_VENV); \
+	fi
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+test: venv  ## run the whole test suite, slow tests included
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: venv  ## run the tests not marked slow
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+demo: venv  ## run the main job (lace demo)
+	$(LACE_VENV)/bin/lace demo
+
+bench: venv  ## run the benchmarks (BENCH_ARGS=... to change the stream)
+ifneq ($(wildcard bench/run.py),)
+	$(PY) -m bench.run $(BENCH_ARGS)
+else
+	$(PY) -m bench.streams $(BENCH_ARGS)
+endif
+
+lint: venv  ## ruff and mypy
+	$(LACE_VENV)/bin/ruff check .
+	$(LACE_VENV)/bin/mypy $(wildcard engine service archive)
+
+check-java:  ## fail unless java is on PATH (needed by Spark targets)
+	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+
+clean:  ## remove caches (keeps the venv)
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis bench/.cache build *.egg-info
+	find . -path ./$(LACE_VENV) -prune -o -name __pycache__ -type d -exec rm -rf {} +

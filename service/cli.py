@@ -1,0 +1,253 @@
+"""The ``lace`` command line (DESIGN.md section 12).
+
+User errors (bad query, missing file, bad event row) print one ``error: ...`` line on
+stderr and exit 2, never a traceback. Engine modules are imported inside the commands
+that need them, so ``lace --help`` stays fast.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, NoReturn, TextIO
+
+import typer
+
+from engine.events import MICROS_PER_S
+from engine.io import EventFileError, iter_event_rows, match_line
+
+app = typer.Typer(
+    name="lace",
+    help="LACE: live-and-archived complex event detection.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+USAGE_ERROR = 2
+MAX_LATE_REPORTS = 10  # late events reported one by one; the rest only counted
+_STUB = {"allow_extra_args": True, "ignore_unknown_options": True}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zµ]*)\s*\Z", re.IGNORECASE)
+_UNIT_US = {
+    **dict.fromkeys(("us", "µs", "micro", "micros", "microsecond", "microseconds"), 1),
+    **dict.fromkeys(("ms", "milli", "millis", "millisecond", "milliseconds"), 1_000),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), MICROS_PER_S),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60 * MICROS_PER_S),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3_600 * MICROS_PER_S),
+    **dict.fromkeys(("d", "day", "days"), 86_400 * MICROS_PER_S),
+}
+
+
+class Strategy(StrEnum):
+    """Event selection strategies (DESIGN.md section 4)."""
+
+    strict_contiguity = "strict_contiguity"
+    partition_contiguity = "partition_contiguity"
+    skip_till_next_match = "skip_till_next_match"
+    skip_till_any_match = "skip_till_any_match"
+
+
+class Storage(StrEnum):
+    """Partial-match storage for skip_till_any_match: chain-partitioned or one run per partial match."""
+
+    chain = "chain"
+    runs = "runs"
+
+
+class TsUnitChoice(StrEnum):
+    """Unit of numeric ts values in an event file (see ``engine.io.read_events``)."""
+
+    auto = "auto"
+    ms = "ms"
+    s = "s"
+    us = "us"
+
+
+def parse_duration_us(text: str) -> int:
+    """A duration such as ``500ms``, ``30 seconds``, ``10 min``, ``2h`` or ``0`` -> int microseconds.
+
+    >>> parse_duration_us("1.5 s"), parse_duration_us("10 min"), parse_duration_us("0")
+    (1500000, 600000000, 0)
+    """
+    m = _DURATION_RE.match(text)
+    if m is None:
+        raise ValueError(f"cannot read duration {text!r} (e.g. '500ms', '30 seconds', '10 min')")
+    amount, unit = m.group(1), m.group(2).lower()
+    if not unit:
+        if float(amount) == 0:
+            return 0
+        raise ValueError(f"duration {text!r} needs a unit (us, ms, s, min, h, days)")
+    if unit not in _UNIT_US:
+        raise ValueError(f"unknown duration unit {unit!r} in {text!r}")
+    return round(float(amount) * _UNIT_US[unit])
+
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr."""
+    typer.echo(f"warning: {message}", err=True)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail(f"{path}: no such file")
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"{path}: {getattr(e, 'strerror', None) or e}")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"lace {metadata.version('lace')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """LACE: live-and-archived complex event detection."""
+
+
+@app.command()
+def match(
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file.")],
+    events: Annotated[Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...) or JSONL.")],
+    strategy: Annotated[Strategy | None, typer.Option(help="Override the query's STRATEGY.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write matches here (JSONL); default stdout.")] = None,
+    stats: Annotated[bool, typer.Option("--stats", help="Print counters as JSON on stderr.")] = False,
+    storage: Annotated[Storage, typer.Option(help="Partial-match storage.")] = Storage.chain,
+    lateness: Annotated[str, typer.Option(help="Allowed lateness, e.g. '5 seconds'; later events are rejected.")] = "0",
+    ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
+        TsUnitChoice.auto
+    ),
+    sort: Annotated[bool, typer.Option("--sort", help="Sort the file by (ts, id) first (reads it all).")] = False,
+) -> None:
+    """Run a live-only query over an event file; one JSON object per match."""
+    text = _read_text(query)
+    if not events.is_file():
+        fail(f"{events}: no such file")
+    try:
+        lateness_us = parse_duration_us(lateness)
+    except ValueError as e:
+        fail(f"--lateness: {e}")
+
+    from engine.compiler import compile_query
+    from engine.lql.errors import QueryError
+    from engine.matcher import LateEventError, Matcher
+
+    try:
+        compiled = compile_query(text, strategy=strategy.value if strategy else None)
+    except QueryError as e:
+        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    matcher = Matcher(compiled, storage=storage.value, allowed_lateness_us=lateness_us)
+
+    sink = _open_out(out)
+    n_events = n_late = n_matches = 0
+    start = time.perf_counter()
+    try:
+        rows = iter_event_rows(events, ts_unit=ts_unit.value)
+        if sort:
+            rows = iter(sorted(rows, key=lambda row: row[1].order_key()))
+        for line, event in rows:
+            n_events += 1
+            try:
+                found = matcher.push(event)
+            except LateEventError as e:
+                n_late += 1
+                if n_late <= MAX_LATE_REPORTS:
+                    warn(f"{events} line {line}: {e}")
+                continue
+            for m in found:
+                sink.write(match_line(m) + "\n")
+            n_matches += len(found)
+        found = matcher.flush()
+        for m in found:
+            sink.write(match_line(m) + "\n")
+        n_matches += len(found)
+        sink.flush()
+    except EventFileError as e:
+        fail(str(e))
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            _silence_stdout()
+            raise typer.Exit(0) from None  # the reader (e.g. `head`) has enough
+        fail(f"{getattr(e, 'filename', None) or events}: {e.strerror or e}")
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+    elapsed_s = time.perf_counter() - start
+
+    if n_late > MAX_LATE_REPORTS:
+        warn(f"{n_late - MAX_LATE_REPORTS} more late events rejected ({n_late} in all)")
+    if stats:
+        counters: dict[str, int | float] = dict(matcher.stats())
+        counters.update(
+            events_read=n_events,
+            late_events=n_late,
+            matches=n_matches,
+            elapsed_s=round(elapsed_s, 6),
+            events_per_s=round(n_events / elapsed_s, 1) if elapsed_s > 0 else 0.0,
+        )
+        typer.echo(json.dumps(counters), err=True)
+
+
+def _silence_stdout() -> None:
+    # After a broken pipe, point stdout at /dev/null so the interpreter's final flush does not complain.
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _open_out(out: Path | None) -> TextIO:
+    if out is None:
+        return sys.stdout
+    try:
+        return open(out, "w", encoding="utf-8")
+    except OSError as e:
+        fail(f"{out}: {e.strerror or e}")
+
+
+@app.command(context_settings=_STUB)
+def demo() -> None:
+    """The main job: archive a real dataset, replay the rest live, print alerts (not available yet)."""
+    typer.echo("lace demo is not available yet: the bundled dataset and demo queries have not landed.")
+
+
+def _not_implemented(command: str) -> NoReturn:
+    fail(f"lace {command} is not implemented yet")
+
+
+@app.command(context_settings=_STUB)
+def serve() -> None:
+    """Start the REST service (not implemented yet)."""
+    _not_implemented("serve")
+
+
+@app.command(context_settings=_STUB)
+def replay() -> None:
+    """Replay an event file as a live stream against a growing archive (not implemented yet)."""
+    _not_implemented("replay")
+
+
+@app.command(context_settings=_STUB)
+def backfill() -> None:
+    """Evaluate a query over archived history on Spark (not implemented yet)."""
+    _not_implemented("backfill")
+
+
+if __name__ == "__main__":
+    app()

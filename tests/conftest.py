@@ -1,0 +1,35 @@
+"""Shared pytest fixtures (no Spark yet: one session per run will live here, marked ``spark``)."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# Wall-clock deadlines make property tests flaky on loaded CI machines; example counts stay at the defaults.
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "default"))
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    """The repository checkout (for bundled files such as bench/ and docs/)."""
+    return REPO_ROOT
+
+
+@pytest.fixture
+def write_file(tmp_path: Path) -> Callable[[str, str], Path]:
+    """Factory: ``write_file("events.csv", text)`` writes ``text`` under a fresh tmp dir and returns its path."""
+
+    def write(name: str, text: str) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+
+    return write
