@@ -1,0 +1,426 @@
+"""Semantic checks of a parsed LQL query (docs/semantics.md, docs/lql.md "Errors").
+
+Each check raises :class:`QueryError` at the offending node's position with a one-line reason.
+The order is fixed (pattern shape, event types, PARTITION BY, WHERE, JOIN, RETURN) so that a
+query with several problems always reports the same one.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from engine.lql import ast
+from engine.lql.errors import QueryError
+
+__all__ = ["PartitionRef", "VarInfo", "check_query", "conjuncts", "declared_vars", "infer_type"]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRef:
+    """One ``PARTITION BY`` item as written: ``attr`` or ``var.attr``, with its position."""
+
+    var: str | None
+    attr: str
+    pos: ast.Pos = ast.NOPOS
+
+
+@dataclass(slots=True)
+class VarInfo:
+    """A pattern variable: ``kind`` is single, kleene or neg; ``types`` its event types."""
+
+    name: str
+    kind: str
+    types: set[str] = field(default_factory=set)
+    pos: ast.Pos = ast.NOPOS
+
+
+def _kind(component: ast.Component) -> str:
+    return "kleene" if component.is_kleene else component.kind
+
+
+def declared_vars(node: ast.PatternNode) -> dict[str, VarInfo]:
+    """Variables of a pattern tree.
+
+    Raises
+    ------
+    QueryError
+        When a variable is declared twice in one SEQ/AND (OR branches may reuse a name, with the
+        same kind).
+    """
+    if isinstance(node, ast.Component):
+        return {node.var: VarInfo(node.var, _kind(node), set(node.types), node.pos)}
+    out: dict[str, VarInfo] = {}
+    for item in node.items:
+        for name, info in declared_vars(item).items():
+            seen = out.get(name)
+            if seen is None:
+                out[name] = info
+            elif not isinstance(node, ast.Or):
+                raise QueryError.at(info.pos, f"duplicate variable '{name}'")
+            elif seen.kind != info.kind:
+                raise QueryError.at(info.pos, f"variable '{name}' is declared as {seen.kind} and as {info.kind}")
+            else:
+                seen.types |= info.types
+    return out
+
+
+# ------------------------------------------------------------------------------ pattern shape
+
+
+def _check_negation_placement(node: ast.PatternNode) -> None:
+    if isinstance(node, ast.Component):
+        return
+    for item in node.items:
+        if isinstance(item, ast.Component) and item.kind == "neg" and not isinstance(node, ast.Seq):
+            raise QueryError.at(item.pos, "negation is only allowed inside SEQ")
+        _check_negation_placement(item)
+
+
+def _nullable(node: ast.PatternNode) -> bool:
+    """True when the node can bind no event (a Kleene star, or built only of such)."""
+    if isinstance(node, ast.Component):
+        return node.kind == "star"
+    if isinstance(node, ast.Or):
+        return any(_nullable(i) for i in node.items)
+    return all(_nullable(i) for i in node.items)
+
+
+def _edge(node: ast.PatternNode, first: bool) -> Iterator[ast.Component]:
+    """Components that can come first (``first``) or last in a linear plan of ``node``."""
+    if isinstance(node, ast.Component):
+        yield node
+    elif isinstance(node, ast.Seq):
+        for item in node.items if first else reversed(node.items):
+            yield from _edge(item, first)
+            if not _nullable(item):
+                break
+    else:
+        for item in node.items:
+            yield from _edge(item, first)
+
+
+def _check_pattern(query: ast.PatternQuery) -> None:
+    pattern = query.pattern
+    _check_negation_placement(pattern)
+    if all(c.kind == "neg" for c in ast.components(pattern)):
+        raise QueryError.at(pattern.pos, "a pattern needs at least one event that is not negated")
+    for comp in _edge(pattern, first=True):
+        if comp.kind == "neg":
+            raise QueryError.at(comp.pos, "a pattern cannot start with a negation")
+    if query.within_us is None:
+        for comp in _edge(pattern, first=False):
+            if comp.kind == "neg":
+                raise QueryError.at(comp.pos, "a trailing negation needs WITHIN")
+    if query.within_us is not None and query.within_us <= 0:
+        raise QueryError.at(query.pos, "WITHIN must be a duration greater than zero")
+
+
+def _check_event_types(query: ast.PatternQuery, schemas: ast.Schema) -> None:
+    for comp in ast.components(query.pattern):
+        for type_name in comp.types:
+            if type_name not in schemas:
+                raise QueryError.at(comp.pos, f"unknown event type '{type_name}'")
+
+
+def _check_attr_everywhere(
+    attr: str, pos: ast.Pos, query: ast.PatternQuery, schemas: ast.Schema | None, what: str
+) -> None:
+    if schemas is None or attr in ("ts", "id", "type"):
+        return
+    for comp in ast.components(query.pattern):
+        for type_name in comp.types:
+            if attr not in schemas.get(type_name, {attr: ""}):
+                raise QueryError.at(pos, f"{what} attribute '{attr}' is missing from event type '{type_name}'")
+
+
+# ------------------------------------------------------------------------------ expressions
+
+
+def _unknown(name: str, pos: ast.Pos, other: Mapping[str, VarInfo], side: str) -> QueryError:
+    if name in other:
+        return QueryError.at(pos, f"unknown variable '{name}': the {side} pattern's WHERE sees only its own variables")
+    return QueryError.at(pos, f"unknown variable '{name}'")
+
+
+def _walk_refs(
+    expr: ast.Expr,
+    scope: Mapping[str, VarInfo],
+    clause: str,
+    top: bool,
+    other: Mapping[str, VarInfo],
+    side: str,
+) -> None:
+    """Check variables, indexes, aggregates and ``[attr]`` placement in one expression."""
+    if isinstance(expr, ast.AttrRef):
+        info = scope.get(expr.var)
+        if info is None:
+            raise _unknown(expr.var, expr.pos, other, side)
+        if info.kind == "neg" and clause != "WHERE":
+            raise QueryError.at(expr.pos, f"negated variable '{expr.var}' cannot be used in {clause}")
+        if info.kind != "kleene" and expr.index is not None:
+            raise QueryError.at(expr.pos, f"'{expr.var}' is not a Kleene variable and cannot be indexed")
+        if info.kind == "kleene" and expr.index is None:
+            v = expr.var
+            hint = f"{v}[1] or an aggregate such as count({v})" if clause == "RETURN" else f"{v}[i] or {v}[1]"
+            raise QueryError.at(expr.pos, f"Kleene variable '{expr.var}' needs an index such as {hint}")
+        if expr.index is not None and expr.index.kind in ("i", "prev") and clause != "WHERE":
+            raise QueryError.at(expr.pos, f"{ast.expr_text(expr)} is only allowed in WHERE")
+    elif isinstance(expr, ast.Aggregate):
+        if clause != "RETURN":
+            raise QueryError.at(expr.pos, "aggregates are only allowed in RETURN")
+        info = scope.get(expr.var)
+        if info is None:
+            raise _unknown(expr.var, expr.pos, other, side)
+        if info.kind != "kleene":
+            raise QueryError.at(expr.pos, f"{expr.func}() needs a Kleene variable; '{expr.var}' is not one")
+    elif isinstance(expr, ast.Equivalence):
+        if clause != "WHERE" or not top:
+            raise QueryError.at(expr.pos, f"[{expr.attr}] is only allowed as a top-level AND condition of WHERE")
+    elif isinstance(expr, ast.BoolOp):
+        for operand in expr.operands:
+            _walk_refs(operand, scope, clause, top and expr.op == "and", other, side)
+    elif isinstance(expr, (ast.Not, ast.Neg)):
+        _walk_refs(expr.operand, scope, clause, False, other, side)
+    elif isinstance(expr, (ast.BinOp, ast.Compare)):
+        _walk_refs(expr.left, scope, clause, False, other, side)
+        _walk_refs(expr.right, scope, clause, False, other, side)
+
+
+def _refs(expr: ast.Expr) -> Iterator[ast.AttrRef | ast.Aggregate]:
+    if isinstance(expr, (ast.AttrRef, ast.Aggregate)):
+        yield expr
+    elif isinstance(expr, ast.BoolOp):
+        for operand in expr.operands:
+            yield from _refs(operand)
+    elif isinstance(expr, (ast.Not, ast.Neg)):
+        yield from _refs(expr.operand)
+    elif isinstance(expr, (ast.BinOp, ast.Compare)):
+        yield from _refs(expr.left)
+        yield from _refs(expr.right)
+
+
+def conjuncts(expr: ast.Expr) -> tuple[ast.Expr, ...]:
+    """Top-level AND parts of a WHERE expression."""
+    if isinstance(expr, ast.BoolOp) and expr.op == "and":
+        return expr.operands
+    return (expr,)
+
+
+def _check_iteration(where: ast.Expr) -> None:
+    for conjunct in conjuncts(where):
+        iterated: str | None = None
+        for ref in _refs(conjunct):
+            if isinstance(ref, ast.AttrRef) and ref.index is not None and ref.index.kind in ("i", "prev"):
+                if iterated is not None and ref.var != iterated:
+                    raise QueryError.at(
+                        ref.pos,
+                        f"a condition can index only one Kleene variable with i (found '{iterated}' and '{ref.var}')",
+                    )
+                iterated = ref.var
+
+
+def _check_where(
+    query: ast.PatternQuery,
+    scope: dict[str, VarInfo],
+    schemas: ast.Schema | None,
+    other: Mapping[str, VarInfo],
+    side: str,
+) -> None:
+    if query.where is None:
+        return
+    _walk_refs(query.where, scope, "WHERE", True, other, side)
+    _check_iteration(query.where)
+    for conjunct in conjuncts(query.where):
+        if isinstance(conjunct, ast.Equivalence):
+            _check_attr_everywhere(conjunct.attr, conjunct.pos, query, schemas, f"[{conjunct.attr}]:")
+    require_condition(query.where, scope, schemas, "WHERE")
+
+
+def _check_partitions(
+    query: ast.PatternQuery,
+    scope: dict[str, VarInfo],
+    schemas: ast.Schema | None,
+    refs: Sequence[PartitionRef] | None,
+) -> None:
+    items = refs if refs is not None else [PartitionRef(None, a, query.pos) for a in query.partition_by]
+    for ref in items:
+        if ref.var is not None and ref.var not in scope:
+            raise QueryError.at(ref.pos, f"unknown variable '{ref.var}'")
+        _check_attr_everywhere(ref.attr, ref.pos, query, schemas, "PARTITION BY")
+
+
+def _check_returns(returns: Sequence[ast.ReturnItem], scope: dict[str, VarInfo], schemas: ast.Schema | None) -> None:
+    aliases: set[str] = set()
+    for item in returns:
+        _walk_refs(item.expr, scope, "RETURN", False, {}, "")
+        infer_type(item.expr, scope, schemas)
+        if item.alias in aliases:
+            raise QueryError.at(item.pos, f"duplicate RETURN name '{item.alias}'")
+        aliases.add(item.alias)
+
+
+def _check_side(
+    query: ast.PatternQuery,
+    schemas: ast.Schema | None,
+    refs: Sequence[PartitionRef] | None,
+    other: Mapping[str, VarInfo],
+    side: str,
+) -> dict[str, VarInfo]:
+    scope = declared_vars(query.pattern)
+    _check_pattern(query)
+    if schemas is not None:
+        _check_event_types(query, schemas)
+    _check_partitions(query, scope, schemas, refs)
+    _check_where(query, scope, schemas, other, side)
+    return scope
+
+
+# ------------------------------------------------------------------------------ types
+
+_NUMERIC = {"int", "float", "duration", "number"}
+_HEADER_TYPES = {"ts": "timestamp", "id": "int", "type": "string"}
+_SCHEMA_TYPES = {"string", "int", "float", "bool", "timestamp"}
+
+
+def _attr_type(
+    var: str, attr: str, pos: ast.Pos, scope: Mapping[str, VarInfo], schemas: ast.Schema | None
+) -> str | None:
+    if attr in _HEADER_TYPES:
+        return _HEADER_TYPES[attr]
+    if schemas is None:
+        return None
+    found: set[str | None] = set()
+    for type_name in sorted(scope[var].types):
+        attrs = schemas.get(type_name)
+        if attrs is None:
+            continue
+        if attr not in attrs:
+            raise QueryError.at(pos, f"event type '{type_name}' has no attribute '{attr}'")
+        found.add(attrs[attr] if attrs[attr] in _SCHEMA_TYPES else None)
+    if len(found) == 1:
+        return found.pop()
+    return "float" if found and found <= {"int", "float"} else None
+
+
+def _compatible(a: str | None, b: str | None) -> bool:
+    if a is None or b is None or a == b or {a, b} <= _NUMERIC:
+        return True
+    return "timestamp" in (a, b) and {a, b} - {"timestamp"} <= {"int", "duration", "number"}
+
+
+def _arith_type(op: str, left: str | None, right: str | None) -> str:
+    # "number": a number of unknown kind (an attribute without a schema); never a condition.
+    if left == "timestamp" or right == "timestamp":
+        if left == right:
+            return "duration" if op == "-" else "number"
+        return "timestamp" if op in "+-" else "number"
+    if left in (None, "number") or right in (None, "number"):
+        return "number"
+    if "duration" in (left, right):
+        return "duration"
+    return "float" if op == "/" or "float" in (left, right) else "int"
+
+
+def infer_type(expr: ast.Expr, scope: Mapping[str, VarInfo], schemas: ast.Schema | None) -> str | None:
+    """Type of an expression: string, int, float, bool, timestamp, duration, or None (unknown).
+
+    Raises
+    ------
+    QueryError
+        On an unknown attribute (with ``schemas``), incompatible comparison operands, arithmetic on a
+        string/bool, or sum/avg of a non-number.
+    """
+    if isinstance(expr, ast.Literal):
+        if isinstance(expr.value, bool):
+            return "bool"
+        if isinstance(expr.value, str):
+            return "string"
+        return "duration" if expr.is_duration else type(expr.value).__name__
+    if isinstance(expr, ast.AttrRef):
+        return _attr_type(expr.var, expr.attr, expr.pos, scope, schemas)
+    if isinstance(expr, ast.Aggregate):
+        if expr.attr is None:
+            return "int"
+        t = _attr_type(expr.var, expr.attr, expr.pos, scope, schemas)
+        if expr.func in ("sum", "avg") and t not in (None, "int", "float"):
+            raise QueryError.at(expr.pos, f"{expr.func}() needs a number; '{expr.var}.{expr.attr}' is {t}")
+        return "float" if expr.func == "avg" else t
+    if isinstance(expr, (ast.Neg, ast.BinOp)):
+        operands = (expr.operand,) if isinstance(expr, ast.Neg) else (expr.left, expr.right)
+        types = [infer_type(o, scope, schemas) for o in operands]
+        for operand, t in zip(operands, types, strict=True):
+            if t in ("string", "bool"):
+                raise QueryError.at(operand.pos, f"arithmetic on a {t} is not allowed")
+        if isinstance(expr, ast.Neg):
+            return "number" if types[0] in (None, "timestamp") else types[0]
+        return _arith_type(expr.op, types[0], types[1])
+    if isinstance(expr, ast.Compare):
+        left, right = infer_type(expr.left, scope, schemas), infer_type(expr.right, scope, schemas)
+        if not _compatible(left, right):
+            raise QueryError.at(expr.pos, f"cannot compare {left} with {right}")
+        return "bool"
+    if isinstance(expr, ast.BoolOp):
+        for operand in expr.operands:
+            require_condition(operand, scope, schemas, expr.op.upper())
+        return "bool"
+    if isinstance(expr, ast.Not):
+        require_condition(expr.operand, scope, schemas, "NOT")
+        return "bool"
+    return "bool"  # Equivalence
+
+
+def require_condition(expr: ast.Expr, scope: Mapping[str, VarInfo], schemas: ast.Schema | None, where: str) -> None:
+    """Raise QueryError unless ``expr`` is (or may be) a true/false condition."""
+    t = infer_type(expr, scope, schemas)
+    if t not in (None, "bool"):
+        raise QueryError.at(expr.pos, f"{where} needs a true/false condition, found a value of type {t}")
+
+
+# ------------------------------------------------------------------------------ entry point
+
+
+def check_query(
+    query: ast.Query,
+    schemas: ast.Schema | None = None,
+    *,
+    partitions: Mapping[str, Sequence[PartitionRef]] | None = None,
+) -> None:
+    """Run every semantic check on a parsed query.
+
+    Parameters
+    ----------
+    query : PatternQuery or LiveArchivedQuery
+        The syntax tree from :func:`engine.lql.parser.parse`.
+    schemas : dict, optional
+        Event type -> {attribute -> string|int|float|bool|timestamp}; enables the type checks.
+    partitions : mapping, optional
+        The PARTITION BY items as written, keyed ``"query"`` (single query) or ``"live"`` /
+        ``"archived"``, for exact error positions; by default the query position is used.
+
+    Raises
+    ------
+    QueryError
+        At the first failed check, with the offending node's line and column.
+    """
+    parts = partitions or {}
+    if isinstance(query, ast.PatternQuery):
+        scope = _check_side(query, schemas, parts.get("query"), {}, "")
+        _check_returns(query.returns, scope, schemas)
+        return
+    live_vars = declared_vars(query.live.pattern)
+    archived_vars = declared_vars(query.archived.pattern)
+    for name, info in archived_vars.items():
+        if name in live_vars:
+            raise QueryError.at(info.pos, f"variable '{name}' is declared in both the LIVE and the ARCHIVED pattern")
+    _check_side(query.live, schemas, parts.get("live"), archived_vars, "LIVE")
+    _check_side(query.archived, schemas, parts.get("archived"), live_vars, "ARCHIVED")
+    if query.lookback_us <= 0:
+        raise QueryError.at(query.pos, "LOOKBACK must be a duration greater than zero")
+    scope = {**live_vars, **archived_vars}
+    if query.join is not None:
+        _walk_refs(query.join, scope, "JOIN", False, {}, "")
+        used = {ref.var for ref in _refs(query.join)}
+        if not (used & live_vars.keys() and used & archived_vars.keys()):
+            raise QueryError.at(query.join.pos, "JOIN must relate the live and the archived pattern")
+        require_condition(query.join, scope, schemas, "JOIN")
+    _check_returns(query.returns, scope, schemas)
