@@ -119,8 +119,14 @@ class _ToAst(Transformer[Token, Any]):
         super().__init__()
         self.partitions: dict[str, tuple[PartitionRef, ...]] = {}
 
-    name_clause = where_clause = join_clause = call_var = _first_child
-    partition_clause = return_clause = _all_children
+    name_clause = join_clause = call_var = _first_child
+    return_clause = _all_children
+
+    def where_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
+        return ("WHERE", _pos(meta), ch[0])
+
+    def partition_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
+        return ("PARTITION BY", _pos(meta), list(ch))
     single, plus, star, neg = (_component(k) for k in ("single", "plus", "star", "neg"))
     add, sub, mul, div = (_binop(op) for op in ("+", "-", "*", "/"))
     true, false = _constant(True), _constant(False)
@@ -142,7 +148,14 @@ class _ToAst(Transformer[Token, Any]):
         return ast.LiveArchivedQuery(live.query, archived.query, lookback, join, returns or (), None, _pos(meta))
 
     def pattern_part(self, meta: Meta, ch: list[Any]) -> _Part:
-        pattern, where, partitions, strategy, within = ch
+        pattern, *clauses = ch
+        seen: dict[str, Any] = {}
+        for name, pos, value in clauses:
+            if name in seen:
+                raise QueryError.at(pos, f"duplicate {name} clause")
+            seen[name] = value
+        where, partitions = seen.get("WHERE"), seen.get("PARTITION BY")
+        strategy, within = seen.get("STRATEGY"), seen.get("WITHIN")
         if isinstance(pattern, ast.Component):  # `PATTERN Pass p` means SEQ(Pass p)
             pattern = ast.Seq((pattern,), pattern.pos)
         partitions = tuple(partitions or ())
@@ -162,15 +175,15 @@ class _ToAst(Transformer[Token, Any]):
     def partition_var_attr(self, meta: Meta, ch: list[Any]) -> PartitionRef:
         return PartitionRef(str(ch[0]), str(ch[1]), _pos(ch[0]))
 
-    def strategy_clause(self, meta: Meta, ch: list[Any]) -> str:
+    def strategy_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, str]:
         tok = ch[0]
         name = str(tok).lower().replace("-", "_")
         if name not in ast.STRATEGIES:
             raise QueryError.at(_pos(tok), f"unknown strategy '{tok}' (use {', '.join(ast.STRATEGIES)})")
-        return name
+        return ("STRATEGY", _pos(meta), name)
 
-    def within_clause(self, meta: Meta, ch: list[Any]) -> int:
-        return self._positive(ch[0], "WITHIN")
+    def within_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
+        return ("WITHIN", _pos(meta), self._positive(ch[0], "WITHIN"))
 
     def lookback_clause(self, meta: Meta, ch: list[Any]) -> int:
         return self._positive(ch[0], "LOOKBACK")

@@ -363,3 +363,7 @@ def test_sides_cannot_share_a_variable():
 
 def test_duplicate_return_name():
     check("PATTERN A a\nRETURN a.x AS v, a.y AS v", 2, 18, "duplicate RETURN name 'v'")
+
+
+def test_a_clause_given_twice_is_an_error_at_the_second_one():
+    check("PATTERN SEQ(A a, B b)\nWITHIN 1 s\nWITHIN 2 s", 3, 1, "duplicate WITHIN clause")

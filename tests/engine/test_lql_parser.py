@@ -525,3 +525,10 @@ def _flatten(expr):
 def test_expression_text_parses_back_to_the_same_tree(expr):
     text = ast.expr_text(expr)
     assert nopos(parse_expression(text)) == _flatten(expr), text
+
+
+def test_pattern_clauses_may_come_in_any_order():
+    a = parse("PATTERN SEQ(A a, B b) WHERE a.x < b.x PARTITION BY k STRATEGY skip_till_next_match WITHIN 1 s")
+    b = parse("PATTERN SEQ(A a, B b) WITHIN 1 s STRATEGY skip_till_next_match PARTITION BY k WHERE a.x < b.x")
+    assert nopos(a) == nopos(b)
+    assert b.within_us == 1_000_000 and b.strategy == "skip_till_next_match" and b.partition_by == ("k",)

@@ -1,0 +1,232 @@
+"""Engine benchmark: the peer stream's P1-P4 (shared/bench/README.md) and a real Aarhus query.
+
+Each case runs in a fresh subprocess (so peak memory is its own) over events already
+in memory: it times ``Matcher.push`` for every event plus ``flush()``, checks the match
+count against the published one, and reports the partial-match counters.
+
+    python -m bench.engine                      # 1M events, every case, lace match, storage comparison
+    python -m bench.engine --n 100000 --cases P1-any,P1-next
+    python -m bench.engine --aarhus             # + congestion query over the whole Aarhus table
+
+Prints one JSON object per case and a Markdown table at the end.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PATTERNS = {
+    "P1": "PATTERN SEQ(A a, B b, C c) PARTITION BY key WITHIN {w}",
+    "P2": "PATTERN SEQ(A a, B+ b[], C c) PARTITION BY key WITHIN {w}",
+    "P3": "PATTERN SEQ(A a, !B b, C c) PARTITION BY key WITHIN {w}",
+    "P4": "PATTERN SEQ(A a, B b, C c) WHERE b.price < a.price PARTITION BY key WITHIN {w}",
+}
+# (pattern, strategy, window) -> {n: exact count} from shared/bench/README.md
+EXPECTED = {
+    ("P1", "any", "1 s"): {10_000: 9_899, 100_000: 101_009, 1_000_000: 1_011_940},
+    ("P1", "any", "5 s"): {10_000: 188_805, 100_000: 2_461_950, 1_000_000: 25_286_521},
+    ("P2", "any", "500 ms"): {10_000: 4_179, 100_000: 39_848, 1_000_000: 402_453},
+    ("P2", "any", "1 s"): {10_000: 32_882, 100_000: 279_122, 1_000_000: 2_809_082},
+    ("P3", "any", "1 s"): {10_000: 3_046, 100_000: 30_894, 1_000_000: 307_490},
+    ("P4", "any", "1 s"): {10_000: 5_036, 100_000: 50_003, 1_000_000: 504_842},
+    ("P1", "next", "1 s"): {10_000: 2_259, 100_000: 23_362, 1_000_000: 235_073},
+    ("P2", "next", "1 s"): {10_000: 2_259, 100_000: 23_362, 1_000_000: 235_073},
+    ("P3", "next", "1 s"): {10_000: 1_625, 100_000: 16_568, 1_000_000: 166_594},
+    ("P4", "next", "1 s"): {10_000: 1_487, 100_000: 14_947, 1_000_000: 151_005},
+}
+STRATEGY = {"any": "skip_till_any_match", "next": "skip_till_next_match"}
+# name -> (pattern, strategy, window, storage); the issue's targets are on the first five
+CASES = {
+    "P1-any": ("P1", "any", "1 s", "chain"),
+    "P2-any": ("P2", "any", "500 ms", "chain"),
+    "P3-any": ("P3", "any", "1 s", "chain"),
+    "P4-any": ("P4", "any", "1 s", "chain"),
+    "P1-next": ("P1", "next", "1 s", "runs"),
+    "P2-next": ("P2", "next", "1 s", "runs"),
+    "P3-next": ("P3", "next", "1 s", "runs"),
+    "P4-next": ("P4", "next", "1 s", "runs"),
+    "P1-any-runs": ("P1", "any", "1 s", "runs"),
+    "P2-any-runs": ("P2", "any", "500 ms", "runs"),
+}
+TARGETS = {"P1-any": 250_000, "P2-any": 150_000, "P3-any": 200_000, "P4-any": 200_000, "P1-next": 300_000}
+
+CONGESTION = """NAME congestion
+PATTERN SEQ(traffic a, traffic b, traffic r)
+WHERE a.vehicle_count > 0 AND a.avg_speed < 0.5 * a.ndt_kmh
+  AND b.vehicle_count > 0 AND b.avg_speed < 0.5 * b.ndt_kmh
+  AND r.vehicle_count > 0 AND r.avg_speed >= 0.5 * r.ndt_kmh
+PARTITION BY key
+STRATEGY partition_contiguity
+WITHIN 30 min
+RETURN a.key AS segment, a.avg_speed AS speed, r.ts AS recovered"""
+AARHUS = Path(__file__).resolve().parents[2] / "shared" / "data" / "aarhus"
+
+
+def query_text(case: str) -> str:
+    pattern, strategy, window, _ = CASES[case]
+    return PATTERNS[pattern].format(w=window) + f" STRATEGY {STRATEGY[strategy]}"
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_case(case: str, n: int) -> dict:
+    """Run one case in this process; return its measurements."""
+    from bench.streams import generate_events
+    from engine.compiler import compile_query
+    from engine.matcher import Matcher
+
+    pattern, strategy, window, storage = CASES[case]
+    events = generate_events(n)
+    gc.collect()
+    gc.freeze()  # the stream is long-lived input, not the engine's garbage
+    rss_before = _rss_mb()
+    query = compile_query(query_text(case))
+    matcher = Matcher(query, storage=storage)  # type: ignore[arg-type]
+    count = 0
+    push = matcher.push
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    for e in events:
+        count += len(push(e))
+    count += len(matcher.flush())
+    seconds = time.perf_counter() - t0
+    cpu_seconds = time.process_time() - c0
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    stats = matcher.stats()
+    expected = EXPECTED[(pattern, strategy, window)].get(n)
+    return {
+        "case": case,
+        "n": n,
+        "storage": storage,
+        "matches": count,
+        "expected": expected,
+        "exact": expected is None or count == expected,
+        "seconds": round(seconds, 3),
+        "cpu_seconds": round(cpu_seconds, 3),
+        "events_per_s": int(n / seconds),
+        "events_per_cpu_s": int(n / cpu_seconds),
+        "created": stats["created"],
+        "copied": stats["copied"],
+        "peak_live": stats["peak_live"],
+        "engine_peak_mb": round(max(0.0, peak_mb - rss_before), 1),
+    }
+
+
+def run_lace_match(case: str, n: int) -> dict:
+    """``lace match`` end to end (CSV parse + match + JSONL output to a file)."""
+    from bench.streams import bench_csv
+
+    csv = bench_csv(n)
+    with tempfile.TemporaryDirectory() as tmp:
+        q = Path(tmp) / "q.lql"
+        q.write_text(query_text(case))
+        out = Path(tmp) / "out.jsonl"
+        lace = Path(sys.executable).with_name("lace")
+        cmd = [str(lace), "match", "--query", str(q), "--events", str(csv), "--out", str(out)]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        seconds = time.perf_counter() - t0
+        lines = sum(1 for _ in out.open())
+    return {"case": f"lace match {case}", "n": n, "matches": lines, "seconds": round(seconds, 3),
+            "events_per_s": int(n / seconds)}
+
+
+def run_aarhus() -> dict:
+    """The congestion query over the whole Aarhus traffic table (7.1M readings)."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    from engine.compiler import compile_query
+    from engine.events import Event
+    from engine.matcher import Matcher
+
+    ndt = {}
+    with open(AARHUS / "traffic_sensors.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            ndt[row["REPORT_ID"]] = float(row["NDT_IN_KMH"])
+    matcher = Matcher(compile_query(CONGESTION))
+    pf = pq.ParquetFile(AARHUS / "aarhus_traffic_2014-08_09.parquet")
+    cols = ["event_type", "key", "ts_ms", "avg_speed", "vehicle_count"]
+    t_load = t_engine = 0.0
+    n = matches = 0
+    t0 = time.perf_counter()
+    for batch in pf.iter_batches(batch_size=200_000, columns=cols):
+        t1 = time.perf_counter()
+        d = batch.to_pydict()
+        events = [
+            Event(n + i + 1, typ, ms * 1000, {"key": k, "avg_speed": s, "vehicle_count": c, "ndt_kmh": ndt.get(k)})
+            for i, (typ, k, ms, s, c) in enumerate(
+                zip(d["event_type"], d["key"], d["ts_ms"], d["avg_speed"], d["vehicle_count"])
+            )
+        ]
+        n += len(events)
+        t2 = time.perf_counter()
+        push = matcher.push
+        for e in events:
+            matches += len(push(e))
+        t_engine += time.perf_counter() - t2
+        t_load += t2 - t1
+    t2 = time.perf_counter()
+    matches += len(matcher.flush())
+    t_engine += time.perf_counter() - t2
+    total = time.perf_counter() - t0
+    return {"case": "aarhus congestion", "n": n, "matches": matches, "seconds": round(total, 1),
+            "engine_seconds": round(t_engine, 1), "load_seconds": round(t_load, 1),
+            "events_per_s": int(n / t_engine), "peak_live": matcher.stats()["peak_live"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=1_000_000, help="events of the seed-42 stream")
+    ap.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap.add_argument("--no-lace-match", action="store_true", help="skip the lace match end-to-end run")
+    ap.add_argument("--aarhus", action="store_true", help="also run the congestion query on the Aarhus table")
+    a = ap.parse_args(argv)
+    if a.one:
+        print(json.dumps(run_case(a.one, a.n)))
+        return 0
+    results = []
+    for case in a.cases.split(","):
+        proc = subprocess.run([sys.executable, "-m", "bench.engine", "--one", case, "--n", str(a.n)],
+                              check=True, capture_output=True, text=True)
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        print(json.dumps(results[-1]), flush=True)
+    extra = []
+    if not a.no_lace_match:
+        extra.append(run_lace_match("P1-any", a.n))
+        print(json.dumps(extra[-1]), flush=True)
+    if a.aarhus:
+        extra.append(run_aarhus())
+        print(json.dumps(extra[-1]), flush=True)
+    print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d')}, n = {a.n:,}\n")
+    print("| case | storage | events/s (wall) | events/s (CPU) | target | matches | exact | created | copied "
+          "| peak live | engine MB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        target = TARGETS.get(r["case"])
+        print(f"| {r['case']} | {r['storage']} | {r['events_per_s']:,} | {r['events_per_cpu_s']:,} | "
+              f"{f'{target:,}' if target else ''} | "
+              f"{r['matches']:,} | {'yes' if r['exact'] else 'NO'} | {r['created']:,} | {r['copied']:,} | "
+              f"{r['peak_live']:,} | {r['engine_peak_mb']} |")
+    for r in extra:
+        print(f"\n{r['case']}: {json.dumps(r)}")
+    return 0 if all(r["exact"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
