@@ -27,7 +27,7 @@ class Match:
     most matches of a high-rate query are counted or serialized once.
     """
 
-    __slots__ = ("query", "start", "end", "fields", "_events", "_layout", "_env")
+    __slots__ = ("query", "start", "end", "_fields", "_events", "_layout", "_env")
 
     def __init__(
         self,
@@ -42,10 +42,16 @@ class Match:
         self.query = query
         self.start = start
         self.end = end
-        self.fields = fields if fields is not None else {}
+        self._fields = fields
         self._events = events
         self._layout = layout
         self._env = env
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        if self._fields is None:
+            self._fields = {}
+        return self._fields
 
     @property
     def events(self) -> dict[str, tuple[Event, ...]]:

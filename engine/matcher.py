@@ -25,6 +25,8 @@ from engine.nfa.runs import RunStorage
 from engine.nfa.state import Pending, PlanState
 
 END_OF_TIME = (1 << 63) - 1
+SWEEP_EVERY_US = 10_000_000
+"""Sweeping every key for expired partial matches costs O(keys); do it at most every 10 s of event time."""
 _BEGIN = (-(1 << 63), -(1 << 63))
 
 
@@ -248,7 +250,8 @@ class Matcher:
             self.engines[0].process(states[0], e, out)
         if e.ts >= self._next_sweep and self.query.window_us is not None:
             self._sweep(e.ts)
-            self._next_sweep = e.ts + self.query.window_us
+            # idle keys are swept every window, but at most every SWEEP_EVERY_US of event time
+            self._next_sweep = e.ts + max(self.query.window_us, SWEEP_EVERY_US)
 
     def _sink(self, state: PlanState, env: tuple[Any, ...]) -> None:
         plan = state.plan
