@@ -22,6 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
+import orjson
+
 from engine.events import Event
 from engine.match import Match
 
@@ -68,6 +70,13 @@ def parse_value(text: str) -> Any:
     >>> parse_value("42"), parse_value("-1.5e3"), parse_value("TRUE"), parse_value("IBM")
     (42, -1500.0, True, 'IBM')
     """
+    if not text:
+        return text
+    if text.isascii() and text.isdigit():
+        return int(text)
+    if text[0].isalpha() and text[0] not in "iInN":  # not a number (inf/nan are floats to the regex)
+        lowered = text.lower()
+        return True if lowered == "true" else False if lowered == "false" else text
     if _INT_RE.match(text):
         return int(text)
     if _FLOAT_RE.match(text):
@@ -333,8 +342,11 @@ def load_bench_stream(path: str | Path) -> list[Event]:
 
 
 def match_line(match: Match) -> str:
-    """One match as a compact JSON line (no newline): ``Match.to_json()``."""
-    return json.dumps(match.to_json(), separators=(",", ":"), ensure_ascii=False)
+    """One match as a compact JSON line (no newline): ``Match.to_json()``.
+
+    Values JSON cannot hold natively (e.g. a Decimal in a RETURN field) are written as strings.
+    """
+    return orjson.dumps(match.to_json(), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def write_matches(matches: Iterable[Match], out: TextIO) -> int:
