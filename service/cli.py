@@ -221,10 +221,17 @@ def _open_out(out: Path | None) -> TextIO:
         fail(f"{out}: {e.strerror or e}")
 
 
-@app.command(context_settings=_STUB)
-def demo() -> None:
-    """The main job: archive a real dataset, replay the rest live, print alerts (not available yet)."""
-    typer.echo("lace demo is not available yet: the bundled dataset and demo queries have not landed.")
+@app.command()
+def demo(
+    speed: float = typer.Option(0.0, help="event-time seconds replayed per wall second (0: as fast as possible)"),
+    show: int = typer.Option(6, help="alerts printed per query; the rest are counted"),
+) -> None:
+    """The main job: replay bundled real data (Aarhus traffic, US equity bars) live and print alerts."""
+    from service.demo import run_demo
+
+    if speed < 0:
+        fail("--speed must be >= 0")
+    run_demo(speed=speed, show=show)
 
 
 def _not_implemented(command: str) -> NoReturn:
