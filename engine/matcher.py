@@ -23,6 +23,8 @@ from engine.match import Match
 from engine.nfa.counters import Counters
 from engine.nfa.runs import RunStorage
 from engine.nfa.state import Pending, PlanState
+from engine.pm.buffer import PartialMatchBuffer
+from engine.pm.store import PartialMatchStore
 
 END_OF_TIME = (1 << 63) - 1
 SWEEP_EVERY_US = 10_000_000
@@ -60,6 +62,15 @@ class Matcher:
     allowed_lateness_us : int or dict[str, int]
         How far behind the newest event an event may arrive, in microseconds, for every
         type or per event type (missing types: 0).
+    pm_capacity : int, optional
+        Keep at most this many partial matches in memory; spill the rest to ``pm_store``
+        (:class:`engine.pm.buffer.PartialMatchBuffer`). None: no limit.
+    pm_policy : {"stpm", "tpm"}
+        Which partial matches to spill first (001, section 5).
+    pm_store : PartialMatchStore, optional
+        Where spilled partial matches go (default: in memory; ``service.pm_store`` for SQL).
+    pm_batch : int, optional
+        ``ΔR``, partial matches spilled at once (default 10% of ``pm_capacity``).
 
     Raises
     ------
@@ -72,6 +83,10 @@ class Matcher:
         query: CompiledQuery,
         storage: Literal["chain", "runs"] = "chain",
         allowed_lateness_us: int | dict[str, int] = 0,
+        pm_capacity: int | None = None,
+        pm_policy: str = "stpm",
+        pm_store: PartialMatchStore | None = None,
+        pm_batch: int | None = None,
     ) -> None:
         if storage not in ("chain", "runs"):
             raise ValueError(f"storage must be 'chain' or 'runs', not {storage!r}")
@@ -111,6 +126,9 @@ class Matcher:
         self._multi = len(self.engines) > 1
         pb = query.partition_by
         self._key_attr = pb[0] if len(pb) == 1 and not query.required and pb[0] not in ("ts", "id", "type") else None
+        self.pmb = (
+            PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch) if pm_capacity is not None else None
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -175,6 +193,12 @@ class Matcher:
             for engine, st in zip(self.engines, states):
                 engine.expire(st, END_OF_TIME)
         self.states.clear()
+        if self.pmb is not None:
+            self.pmb.store.clear(self.pmb.query_id)
+            self.pmb.spilled.clear()
+            self.pmb.spilled_bytes.clear()
+            self.pmb.spilled_units_per_key.clear()
+            self.pmb.stats["pms_bytes"] = 0
         return out
 
     def stats(self) -> dict[str, int]:
@@ -183,6 +207,11 @@ class Matcher:
         d["keys"] = len(self.states)
         d["live_partial_matches"] = self.counters.live
         d["buffered"] = len(self.buffer)
+        if self.pmb is not None:
+            d.update(self.pmb.stats)
+            d["pm_capacity"] = self.pmb.capacity
+            d["pm_policy"] = self.pmb.policy.name  # type: ignore[assignment]
+            d["spilled_now"] = self.pmb.spilled_count()
         return d
 
     # ------------------------------------------------------------------ internals
@@ -234,6 +263,8 @@ class Matcher:
             if old is not None:
                 for engine, st in zip(self.engines, old):
                     engine.clear(st)
+            if self.pmb is not None:
+                self.pmb.discard_key(self._last_key)
         self._last_key = key
         states = self.states.get(key)
         if states is None:
@@ -243,11 +274,16 @@ class Matcher:
                 if st.pending:
                     st.kill_pending(e)
         out = self._out
+        pmb = self.pmb
+        if pmb is not None:
+            pmb.before(key, states, e)
         if self._multi:
             for engine, st in zip(self.engines, states):
                 engine.process(st, e, out)
         else:
             self.engines[0].process(states[0], e, out)
+        if pmb is not None:
+            pmb.after(key, states, e)
         if e.ts >= self._next_sweep and self.query.window_us is not None:
             self._sweep(e.ts)
             # idle keys are swept every window, but at most every SWEEP_EVERY_US of event time
@@ -282,9 +318,11 @@ class Matcher:
         if w is None:
             return
         lower = now - w if now < END_OF_TIME else END_OF_TIME
+        if self.pmb is not None:
+            self.pmb.expire(lower)
         empty = []
         for key, states in self.states.items():
-            alive = False
+            alive = self.pmb is not None and self.pmb.has_spilled(key)
             for engine, st in zip(self.engines, states):
                 engine.expire(st, lower)
                 if st.live() or st.pending or any(st.neg_buf):

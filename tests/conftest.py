@@ -33,3 +33,11 @@ def write_file(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def bench_10k() -> list:
+    """The seed-42 peer-benchmark stream, 10,000 events (shared/bench/README.md)."""
+    from bench.streams import generate_events
+
+    return generate_events(10_000)

@@ -1,0 +1,104 @@
+"""Which partial matches to spill first: TPM and STPM (001_e24f905c15fdf08b.txt, sections 5.1, 5.2).
+
+Both policies rank *units* of partial matches: a unit is what the index on (partition key,
+NFA state) addresses, ``(plan, key, slot)`` for run storage and ``(plan, key, -1)`` (the whole
+chain of a key) for chain-partitioned storage. The buffer asks for victims lowest priority
+first and spills whole units.
+
+- :class:`TPM` (temporal): units in order of creation; the oldest is spilled first, however
+  recently it was updated.
+- :class:`STPM` (spatio-temporal, Definition 7 and Procedure 1): each state update of a unit at
+  event time ``t`` in NFA state i inserts a record ``W = t + Δt_i · p(E_{i+1} | E_i)`` into a
+  priority tree (``sortedcontainers.SortedList``); the lowest ``W`` is spilled first. Older
+  records of the same unit become stale and are dropped when they reach the front (the
+  paper's "compare the record's state with the partial match's latest state").
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable, Iterator
+from typing import Protocol
+
+from sortedcontainers import SortedList
+
+Unit = tuple[int, Hashable, int]
+
+
+class SpillPolicy(Protocol):
+    """The interface both policies implement."""
+
+    name: str
+
+    def touch(self, unit: Unit, t_us: int, weight_us: float) -> None:
+        """A unit got a new partial match (or a state update) at event time ``t_us``.
+
+        ``weight_us`` is ``Δt_i · p(E_{i+1} | E_i)`` for the unit's NFA state (STPM uses it).
+        """
+
+    def victims(self) -> Iterator[Unit]:
+        """Units to spill, lowest priority first; each unit at most once per call."""
+
+    def forget(self, unit: Unit) -> None:
+        """The unit left memory (spilled, expired or emptied)."""
+
+
+class TPM:
+    """Temporal partial-match management: spill the oldest-created units first (001, section 5.1)."""
+
+    name = "tpm"
+
+    def __init__(self) -> None:
+        self._created: dict[Unit, int] = {}  # insertion-ordered: creation order
+        self._seq = itertools.count()
+
+    def touch(self, unit: Unit, t_us: int, weight_us: float) -> None:
+        if unit not in self._created:
+            self._created[unit] = next(self._seq)
+
+    def victims(self) -> Iterator[Unit]:
+        yield from list(self._created)
+
+    def forget(self, unit: Unit) -> None:
+        self._created.pop(unit, None)
+
+    def __len__(self) -> int:
+        return len(self._created)
+
+
+class STPM:
+    """Spatio-temporal partial-match management: a priority tree on W (001, Definition 7, Procedure 1)."""
+
+    name = "stpm"
+
+    def __init__(self) -> None:
+        self._tree: SortedList = SortedList()
+        self._version: dict[Unit, int] = {}
+        self._seq = itertools.count()
+
+    def touch(self, unit: Unit, t_us: int, weight_us: float) -> None:
+        version = next(self._seq)
+        self._version[unit] = version
+        self._tree.add((t_us + weight_us, version, unit))
+
+    def victims(self) -> Iterator[Unit]:
+        tree = self._tree
+        while tree:
+            w, version, unit = tree.pop(0)
+            if self._version.get(unit) != version:
+                continue  # stale: the unit was updated (or left memory) after this record
+            yield unit
+
+    def forget(self, unit: Unit) -> None:
+        self._version.pop(unit, None)
+
+    def __len__(self) -> int:
+        return len(self._tree)
+
+
+def make_policy(name: str) -> SpillPolicy:
+    """``"tpm"`` or ``"stpm"``; raises ValueError otherwise."""
+    if name == "tpm":
+        return TPM()
+    if name == "stpm":
+        return STPM()
+    raise ValueError(f"unknown partial-match policy {name!r} (tpm or stpm)")
