@@ -331,3 +331,5 @@ class Matcher:
                 empty.append(key)
         for key in empty:
             del self.states[key]
+            if self.pmb is not None:
+                self.pmb.forget_key(key)

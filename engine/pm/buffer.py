@@ -83,6 +83,8 @@ class PartialMatchBuffer:
         if self.batch < 1:
             raise ValueError("the spill batch (ΔR) must be at least 1 partial match")
         self.policy = make_policy(policy)
+        self.learn = self.policy.name == "stpm"
+        self.active = False
         self.store: PartialMatchStore = store if store is not None else MemoryStore()
         self.query_id = query_id or matcher.query.name or "query"
         self.chain = matcher.storage == "chain"
@@ -93,54 +95,94 @@ class PartialMatchBuffer:
         self.stats = {"spilled": 0, "reloaded": 0, "hits": 0, "misses": 0, "expired": 0, "pms_bytes": 0}
         plans = matcher.query.plans
         self.kleene = [[s.kleene for s in p.slots] for p in plans]
+        self.slot_of_type = [{t: tuple(sorted(js, reverse=True)) for t, js in p.slot_of_type.items()} for p in plans]
         self.window = matcher.query.window_us
         # STPM estimates per plan and slot i (between E_i and E_{i+1})
         self.seen = [[0] * len(p.slots) for p in plans]
         self.followed = [[0] * len(p.slots) for p in plans]
         self.max_gap = [[0] * len(p.slots) for p in plans]
-        self.last_seen: dict[tuple[int, Hashable], list[int | None]] = {}
+        self.last_seen: list[dict[Hashable, list[int | None]]] = [{} for _ in plans]
 
     # ------------------------------------------------------------------ hooks
 
     def before(self, key: Hashable, states: list[Any], e: Event) -> None:
-        """Make every unit that ``e`` can read resident (reloading spilled ones: misses)."""
+        """Make every unit that ``e`` can read resident: each reload is a miss, an event needing none a hit."""
+        if key not in self.spilled_units_per_key:
+            self.stats["hits"] += 1
+            return
+        misses = self.stats["misses"]
         for p, (engine, st) in enumerate(zip(self.m.engines, states)):
             if self.chain:
-                if e.type not in engine.plan.slot_of_type:
-                    continue
                 unit = (p, key, -1)
-                if unit in self.spilled:
+                if unit in self.spilled and e.type in engine.plan.slot_of_type:
                     self._load(unit, st, e.ts)
-                elif st.live():
-                    self.stats["hits"] += 1
             else:
                 for j in engine.visit.get(e.type, engine.default_visit):
                     unit = (p, key, j)
                     if unit in self.spilled:
                         self._load(unit, st, e.ts)
-                    elif st.by_slot[j]:
-                        self.stats["hits"] += 1
+        if self.stats["misses"] == misses:
+            self.stats["hits"] += 1
 
     def after(self, key: Hashable, states: list[Any], e: Event) -> None:
-        """Record state updates for the policy (Procedure 1) and spill when over capacity."""
+        """Record state updates for the policy (Procedure 1) and spill when over capacity.
+
+        Until the buffer first fills, only STPM's statistics are kept (no priority records):
+        :meth:`_activate` then ranks every resident unit by its newest partial match.
+        """
         t = e.ts
+        etype = e.type
         for p, st in enumerate(states):
-            slots = st.plan.slot_of_type.get(e.type, ())
-            if slots:
+            slots = self.slot_of_type[p].get(etype)
+            if not slots:
+                continue
+            if self.learn:
                 self._learn(p, key, slots, t)
-            for j in slots:
-                if self.chain:
-                    d = st.nodes[j]
-                    if d and d[-1][0] is e:
-                        self.policy.touch((p, key, -1), t, self.weight(p, j))
-                else:
-                    bucket = st.by_slot[j]
-                    if bucket:
-                        bound = bucket[-1][1][j]
-                        if (bound[-1] if self.kleene[p][j] else bound) is e:
-                            self.policy.touch((p, key, j), t, self.weight(p, j))
+            if self.active:
+                self._touch(p, key, st, slots, e)
         if self.m.counters.live > self.capacity:
+            if not self.active:
+                self._activate()
             self._spill()
+
+    def _touch(self, p: int, key: Hashable, st: Any, slots: tuple[int, ...], e: Event) -> None:
+        touch = self.policy.touch
+        t = e.ts
+        for j in slots:
+            if self.chain:
+                d = st.nodes[j]
+                if d and d[-1][0] is e:
+                    touch((p, key, -1), t, self.weight(p, j))
+            else:
+                bucket = st.by_slot[j]
+                if bucket:
+                    bound = bucket[-1][1][j]
+                    if (bound[-1] if self.kleene[p][j] else bound) is e:
+                        touch((p, key, j), t, self.weight(p, j))
+
+    def _activate(self) -> None:
+        """First fill: give every resident unit a priority record from its newest partial match."""
+        self.active = True
+        touch = self.policy.touch
+        for key, states in self.m.states.items():
+            for p, st in enumerate(states):
+                if self.chain:
+                    newest = max(((d[-1][0].ts, j) for j, d in enumerate(st.nodes) if d), default=None)
+                    if newest is not None:
+                        touch((p, key, -1), newest[0], self.weight(p, newest[1]))
+                else:
+                    for j, bucket in enumerate(st.by_slot):
+                        if bucket:
+                            bound = bucket[-1][1][j]
+                            last = bound[-1] if self.kleene[p][j] else bound
+                            touch((p, key, j), last.ts, self.weight(p, j))
+
+    def forget_key(self, key: Hashable) -> None:
+        """The matcher dropped an idle key's state: forget its units and statistics."""
+        for p, kleene in enumerate(self.kleene):
+            self.last_seen[p].pop(key, None)
+            for j in (-1, *range(len(kleene))):
+                self.policy.forget((p, key, j))
 
     def expire(self, lower_ts: int) -> None:
         """Delete spilled batches whose partial matches all left the window."""
@@ -170,20 +212,23 @@ class PartialMatchBuffer:
 
     # ------------------------------------------------------------------ internals
 
-    def _learn(self, p: int, key: Hashable, slots: tuple[int, ...] | list[int], t: int) -> None:
-        last = self.last_seen.get((p, key))
+    def _learn(self, p: int, key: Hashable, slots: tuple[int, ...], t: int) -> None:
+        per_key = self.last_seen[p]
+        last = per_key.get(key)
         if last is None:
-            last = self.last_seen[(p, key)] = [None] * len(self.seen[p])
-        w = self.window
-        for j in sorted(slots, reverse=True):  # an event never follows itself
-            if j > 0:
+            last = per_key[key] = [None] * len(self.seen[p])
+        seen = self.seen[p]
+        for j in slots:  # descending: an event never follows itself
+            if j:
                 prev = last[j - 1]
-                if prev is not None and (w is None or t - prev <= w):
-                    self.followed[p][j - 1] += 1
-                    if t - prev > self.max_gap[p][j - 1]:
-                        self.max_gap[p][j - 1] = t - prev
+                if prev is not None:
+                    gap = t - prev
+                    if self.window is None or gap <= self.window:
+                        self.followed[p][j - 1] += 1
+                        if gap > self.max_gap[p][j - 1]:
+                            self.max_gap[p][j - 1] = gap
                     last[j - 1] = None  # each E_{j-1} event counts as followed once
-            self.seen[p][j] += 1
+            seen[j] += 1
             last[j] = t
 
     def _spill(self) -> None:

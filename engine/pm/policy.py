@@ -66,33 +66,44 @@ class TPM:
 
 
 class STPM:
-    """Spatio-temporal partial-match management: a priority tree on W (001, Definition 7, Procedure 1)."""
+    """Spatio-temporal partial-match management: a priority tree on W (001, Definition 7, Procedure 1).
+
+    The tree is built at the first spill from the latest W of every unit and from then on
+    gets one record per state update, as Procedure 1 does; until a spill is needed the
+    latest W per unit is all that is kept, so a buffer that never fills costs a dict update
+    per state update.
+    """
 
     name = "stpm"
 
     def __init__(self) -> None:
-        self._tree: SortedList = SortedList()
-        self._version: dict[Unit, int] = {}
+        self._tree: SortedList | None = None
+        self._latest: dict[Unit, tuple[float, int]] = {}
         self._seq = itertools.count()
 
     def touch(self, unit: Unit, t_us: int, weight_us: float) -> None:
+        w = t_us + weight_us
         version = next(self._seq)
-        self._version[unit] = version
-        self._tree.add((t_us + weight_us, version, unit))
+        self._latest[unit] = (w, version)
+        if self._tree is not None:
+            self._tree.add((w, version, unit))
 
     def victims(self) -> Iterator[Unit]:
+        if self._tree is None:
+            self._tree = SortedList((w, v, u) for u, (w, v) in self._latest.items())
         tree = self._tree
         while tree:
             w, version, unit = tree.pop(0)
-            if self._version.get(unit) != version:
+            latest = self._latest.get(unit)
+            if latest is None or latest[1] != version:
                 continue  # stale: the unit was updated (or left memory) after this record
             yield unit
 
     def forget(self, unit: Unit) -> None:
-        self._version.pop(unit, None)
+        self._latest.pop(unit, None)
 
     def __len__(self) -> int:
-        return len(self._tree)
+        return len(self._tree) if self._tree is not None else len(self._latest)
 
 
 def make_policy(name: str) -> SpillPolicy:
