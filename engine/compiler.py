@@ -43,8 +43,6 @@ class CompiledQuery:
     partition_by : tuple[str, ...]
         Attributes of the partition key (PARTITION BY, plus ``[attr]`` equivalences
         folded in for skip_till_any_match / skip_till_next_match).
-    required : tuple[str, ...]
-        Folded equivalence attributes: an event missing one takes part in no match.
     plans : list[NFAPlan]
         One NFA per linear plan of the pattern.
     types : frozenset[str]
@@ -58,17 +56,12 @@ class CompiledQuery:
     strategy: str
     window_us: int | None
     partition_by: tuple[str, ...]
-    required: tuple[str, ...]
     plans: list[NFAPlan]
     types: frozenset[str]
     variables: tuple[str, ...]
 
     def key_of(self, event: Event) -> Hashable:
         """The partition key of ``event`` (None without PARTITION BY), or :data:`SKIP`."""
-        attrs = event.attrs
-        for attr in self.required:
-            if attrs.get(attr) is None:
-                return SKIP
         pb = self.partition_by
         if not pb:
             return None
@@ -132,8 +125,8 @@ def compile_query(
         equivalences.append(ast.where.attr)
     elif isinstance(ast.where, BoolOp) and ast.where.op == "and":
         equivalences.extend(p.attr for p in ast.where.operands if isinstance(p, Equivalence))
-    required = tuple(dict.fromkeys(equivalences)) if fold else ()
-    partition_by = tuple(dict.fromkeys(ast.partition_by + required))
+    folded = tuple(dict.fromkeys(equivalences)) if fold else ()
+    partition_by = tuple(dict.fromkeys(ast.partition_by + folded))
     returns = [(item.alias, item.expr) for item in ast.returns]
     plans = [
         PlanCompiler(ast, plan, i, fold).build(ast.within_us, returns)
@@ -151,7 +144,6 @@ def compile_query(
         strategy=ast.strategy,
         window_us=ast.within_us,
         partition_by=partition_by,
-        required=required,
         plans=plans,
         types=frozenset(t for c in comps for t in c.types),
         variables=variables,

@@ -125,7 +125,7 @@ class Matcher:
         self._in_order = self.max_lateness == 0
         self._multi = len(self.engines) > 1
         pb = query.partition_by
-        self._key_attr = pb[0] if len(pb) == 1 and not query.required and pb[0] not in ("ts", "id", "type") else None
+        self._key_attr = pb[0] if len(pb) == 1 and pb[0] not in ("ts", "id", "type") else None
         self.pmb = (
             PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch) if pm_capacity is not None else None
         )

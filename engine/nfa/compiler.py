@@ -36,7 +36,7 @@ from engine.lql.ast import (
     PatternQuery,
 )
 from engine.lql.errors import QueryError
-from engine.nfa.conditions import Fn, compile_bool, compile_value, expr_cost, selectivity_rank
+from engine.nfa.conditions import SAME, Fn, compile_bool, compile_value, expr_cost, selectivity_rank
 from engine.nfa.plans import Plan
 
 
@@ -55,9 +55,14 @@ class Conjunct:
     fn: Fn
     ivar: int | None = None
     uses_prev: bool = False
+    needs: tuple[tuple[int, int], ...] = ()
+    """(slot, k) for every ``b[k]``: the conjunct is false when ``b`` has fewer than k elements."""
 
     def holds_all(self, env: Any, x: Event | None = None) -> bool:
         """True when the conjunct holds for every position of its ``i`` variable (or once)."""
+        for slot, k in self.needs:
+            if len(env[slot]) < k:
+                return False
         if self.ivar is None:
             return bool(self.fn(env, 0, x))
         fn = self.fn
@@ -68,6 +73,9 @@ class Conjunct:
 
     def holds_last(self, env: Any) -> bool:
         """True when the conjunct holds for the newest element of its ``i`` variable."""
+        for slot, k in self.needs:
+            if len(env[slot]) < k:
+                return False
         i = len(env[self.ivar]) - 1 if self.ivar is not None else 0
         if self.uses_prev and i == 0:
             return True
@@ -215,8 +223,9 @@ class PlanCompiler:
             get = _event_getter(ref.attr or "")
             return lambda env, i, x: get(x)
         slot = self.pos_slot.get(ref.var)
-        if slot is None:
-            return lambda env, i, x: None
+        if slot is None:  # a variable this plan does not bind (OR branch not taken, empty Kleene star)
+            empty = 0 if isinstance(ref, Aggregate) and ref.func == "count" else None
+            return lambda env, i, x: empty
         if isinstance(ref, Aggregate):
             return _aggregate(ref, slot, self.positives[slot].is_kleene)
         get = _event_getter(ref.attr)
@@ -304,13 +313,13 @@ class PlanCompiler:
         out: list[Expr] = []
         for s, comp in enumerate(self.positives):
             if comp.is_kleene:
-                out.append(Compare("=", ref(comp, "i"), ref(comp, "prev"), eq.pos))
+                out.append(Compare(SAME, ref(comp, "i"), ref(comp, "prev"), eq.pos))  # type: ignore[arg-type]
             if s > 0:
-                out.append(Compare("=", ref(comp, "first"), ref(self.positives[s - 1], "last"), eq.pos))
+                out.append(Compare(SAME, ref(comp, "first"), ref(self.positives[s - 1], "last"), eq.pos))  # type: ignore[arg-type]
         for comp in self.plan:
             if comp.kind == "neg":
                 prev = self.positives[self.neg_after[comp.var]]
-                out.append(Compare("=", AttrRef(comp.var, eq.attr, None, eq.pos), ref(prev, "last"), eq.pos))
+                out.append(Compare(SAME, AttrRef(comp.var, eq.attr, None, eq.pos), ref(prev, "last"), eq.pos))  # type: ignore[arg-type]
         return out
 
     def _point(self, expr: Expr) -> tuple[str, int]:
@@ -329,11 +338,15 @@ class PlanCompiler:
     def _general_conjunct(self, expr: Expr) -> Conjunct:
         ivar = None
         uses_prev = False
+        needs = set()
         for r in refs_of(expr):
-            if isinstance(r, AttrRef) and r.index and r.index.kind in ("i", "prev") and r.var in self.pos_slot:
-                ivar = self.pos_slot[r.var]
-                uses_prev = uses_prev or r.index.kind == "prev"
-        return Conjunct(compile_bool(expr, self._general), ivar, uses_prev)
+            if isinstance(r, AttrRef) and r.index and r.var in self.pos_slot:
+                if r.index.kind in ("i", "prev"):
+                    ivar = self.pos_slot[r.var]
+                    uses_prev = uses_prev or r.index.kind == "prev"
+                elif r.index.kind == "at":
+                    needs.add((self.pos_slot[r.var], r.index.at))
+        return Conjunct(compile_bool(expr, self._general), ivar, uses_prev, tuple(sorted(needs)))
 
     def _edge_or_none(self, expr: Expr, cur: int, mode: str) -> Fn | None:
         try:

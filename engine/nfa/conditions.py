@@ -115,7 +115,14 @@ def compile_bool(expr: Expr, resolve: Resolver) -> Fn:
     return lambda a, b, c: value_fn(a, b, c) is True
 
 
+SAME = "same"
+"""Internal comparison of the ``[attr]`` equivalence test: equal values, where None equals None
+(a missing attribute is a partition value of its own, as under PARTITION BY)."""
+
+
 def _compare(op_name: str, left: Fn, right: Fn) -> Fn:
+    if op_name == SAME:
+        return lambda a, b, c: bool(left(a, b, c) == right(a, b, c))
     op = _CMP[op_name]
     if op_name in ("=", "!="):
         if op_name == "=":
