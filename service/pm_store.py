@@ -1,0 +1,115 @@
+"""The SQL partial-match store (PMS): SQLAlchemy over SQLite (default) or PostgreSQL.
+
+Implements :class:`engine.pm.store.PartialMatchStore` on the ``partial_matches`` table that the
+Alembic revision ``0002`` creates. Writes are batched (one INSERT of many rows per spill), a
+reload reads and deletes one unit's rows in one transaction.
+"""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, delete, event, func, insert, select
+
+from engine.pm.store import SpilledBatch
+from service.db.pm_models import PartialMatchRow
+from service.db.session import make_engine
+
+T = PartialMatchRow.__table__
+
+
+class SqlPartialMatchStore:
+    """A :class:`~engine.pm.store.PartialMatchStore` in a SQL database.
+
+    Parameters
+    ----------
+    url : str
+        SQLAlchemy URL, e.g. ``sqlite:////tmp/pms.sqlite`` or
+        ``postgresql+psycopg://127.0.0.1:5432/test``.
+    migrate : bool
+        Run the Alembic migrations first (creates the table). Default True.
+    """
+
+    def __init__(self, url: str, migrate: bool = True) -> None:
+        if migrate:
+            from service.db.migrate import upgrade
+
+            upgrade(url)
+        self.url = url
+        self.engine: Engine = make_engine(url)
+        if self.engine.dialect.name == "sqlite":
+            # spilled partial matches are rebuilt from the archive after a crash: no fsync per spill
+            @event.listens_for(self.engine, "connect")
+            def _no_fsync(dbapi_conn: Any, _record: Any) -> None:
+                cur = dbapi_conn.cursor()
+                cur.execute("PRAGMA synchronous=OFF")
+                cur.close()
+
+    def write(self, batches: list[SpilledBatch]) -> None:
+        if not batches:
+            return
+        rows = [
+            {"query_id": b.query_id, "plan": b.plan, "partition_key": b.key, "nfa_state": b.slot, "count": b.count,
+             "max_ts_us": b.max_ts, "payload": b.payload}
+            for b in batches
+        ]
+        with self.engine.begin() as conn:
+            conn.execute(insert(T), rows)
+
+    def take(self, query_id: str, plan: int, key: str, slot: int) -> list[SpilledBatch]:
+        where = (T.c.query_id == query_id, T.c.plan == plan, T.c.partition_key == key, T.c.nfa_state == slot)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(T.c.id, T.c.count, T.c.max_ts_us, T.c.payload).where(*where).order_by(T.c.id)
+            ).all()
+            if rows:
+                conn.execute(delete(T).where(T.c.id.in_([r.id for r in rows])))
+        return [SpilledBatch(query_id, plan, key, slot, r.count, r.max_ts_us, bytes(r.payload)) for r in rows]
+
+    def delete_expired(self, query_id: str, lower_ts: int) -> list[SpilledBatch]:
+        where = (T.c.query_id == query_id, T.c.max_ts_us < lower_ts)
+        with self.engine.begin() as conn:
+            rows = conn.execute(
+                select(T.c.id, T.c.plan, T.c.partition_key, T.c.nfa_state, T.c.count, T.c.max_ts_us,
+                       func.length(T.c.payload).label("nbytes")).where(*where)
+            ).all()
+            if rows:
+                conn.execute(delete(T).where(T.c.id.in_([r.id for r in rows])))
+        return [
+            SpilledBatch(query_id, r.plan, r.partition_key, r.nfa_state, r.count, r.max_ts_us, b"", r.nbytes)
+            for r in rows
+        ]
+
+    def clear(self, query_id: str) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(T).where(T.c.query_id == query_id))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+@contextlib.contextmanager
+def open_pm_store(url: str | None, fail: Callable[[str], Any]) -> Iterator[SqlPartialMatchStore | None]:
+    """The store for ``lace match``/``lace replay --pm-store URL``.
+
+    ``url`` None: no store is needed (no capacity given) and None is yielded. ``""`` means a
+    temporary SQLite file, removed afterwards. A database that cannot be opened is reported
+    through ``fail(message)`` (the CLI's error exit).
+    """
+    if url is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="lace-pms-") as tmp:
+        target = url or f"sqlite:///{Path(tmp) / 'pms.sqlite'}"
+        try:
+            store = SqlPartialMatchStore(target)
+        except Exception as e:  # a bad URL, an unreachable server, a driver that is missing
+            fail(f"--pm-store {target}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else e}")
+            return
+        try:
+            yield store
+        finally:
+            store.close()
