@@ -4,16 +4,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from typer.testing import CliRunner
 
-from engine.events import Event
-from engine.lql.errors import QueryError
-from engine.match import Match
 from service.cli import app, parse_duration_us
 
 runner = CliRunner()
@@ -31,68 +26,6 @@ def assert_user_error(result, message: str) -> None:
     assert "Traceback" not in result.output
 
 
-# ------------------------------------------------------------ a fake engine for the CLI plumbing
-
-
-class FakeLateEventError(ValueError):
-    pass
-
-
-class FakeMatcher:
-    """Pairs every B with the latest A; rejects events older than max ts - lateness; flush emits a trailing match."""
-
-    instances: ClassVar[list[FakeMatcher]] = []
-
-    def __init__(self, query: object, storage: str = "chain", allowed_lateness_us: int = 0) -> None:
-        self.query, self.storage, self.lateness_us = query, storage, allowed_lateness_us
-        self.last_a: Event | None = None
-        self.max_ts = -(2**63)
-        self.pushed: list[int] = []
-        FakeMatcher.instances.append(self)
-
-    def push(self, event: Event) -> list[Match]:
-        if event.ts < self.max_ts - self.lateness_us:
-            raise FakeLateEventError(f"ts {event.ts} is behind the watermark")
-        self.max_ts = max(self.max_ts, event.ts)
-        self.pushed.append(event.id)
-        if event.type == "A":
-            self.last_a = event
-            return []
-        if self.last_a is None:
-            return []
-        return [Match("fake", {"a": (self.last_a,), "b": (event,)}, self.last_a.ts, event.ts)]
-
-    def flush(self) -> list[Match]:
-        if self.last_a is None:
-            return []
-        return [Match("fake", {"a": (self.last_a,)}, self.last_a.ts, self.last_a.ts, {"trailing": True})]
-
-    def stats(self) -> dict[str, int | float]:
-        return {"pushed": len(self.pushed)}
-
-
-@pytest.fixture
-def fake_engine(monkeypatch):
-    """Install fake ``engine.compiler`` / ``engine.matcher`` modules; returns the compile calls."""
-    calls: list[dict] = []
-
-    def compile_query(text: str, schemas=None, strategy=None):
-        calls.append({"text": text, "strategy": strategy})
-        if "bad" in text:
-            raise QueryError("unknown variable 'x'", 3, 7)
-        return types.SimpleNamespace(name="fake")
-
-    compiler = types.ModuleType("engine.compiler")
-    compiler.compile_query = compile_query  # type: ignore[attr-defined]
-    matcher = types.ModuleType("engine.matcher")
-    matcher.Matcher = FakeMatcher  # type: ignore[attr-defined]
-    matcher.LateEventError = FakeLateEventError  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "engine.compiler", compiler)
-    monkeypatch.setitem(sys.modules, "engine.matcher", matcher)
-    FakeMatcher.instances.clear()
-    return calls
-
-
 # ------------------------------------------------------------ commands and stubs
 
 
@@ -108,13 +41,11 @@ def test_version():
     assert result.stdout.startswith("lace ")
 
 
-def test_demo_placeholder_exits_zero():
-    result = invoke("demo")
-    assert result.exit_code == 0
-    assert "not available yet" in result.stdout
+def test_demo_rejects_a_negative_speed():
+    assert_user_error(invoke("demo", "--speed", "-1"), "error: --speed must be >= 0")
 
 
-@pytest.mark.parametrize("command", ["serve", "replay", "backfill"])
+@pytest.mark.parametrize("command", ["replay", "backfill"])
 def test_unimplemented_commands_exit_2_with_one_line(command):
     assert_user_error(invoke(command, "--anything", "x"), f"error: lace {command} is not implemented yet")
 
@@ -157,72 +88,91 @@ def test_match_bad_lateness(write_file):
     assert result.stderr.startswith("error: --lateness: cannot read duration 'soon'")
 
 
-def test_match_bad_query_reports_file_line_column(fake_engine, write_file):
-    query, events = write_file("q.lql", "a bad query\n"), write_file("ev.csv", EVENTS_CSV)
-    assert_user_error(invoke("match", "-q", str(query), "-e", str(events)), f"error: {query}:3:7: unknown variable 'x'")
+def test_match_bad_query_reports_file_line_column(write_file):
+    query, events = write_file("q.lql", "PATTERN SEQ(A a, B b)\nWHERE x.p > 1\n"), write_file("ev.csv", EVENTS_CSV)
+    assert_user_error(invoke("match", "-q", str(query), "-e", str(events)), f"error: {query}:2:7: unknown variable 'x'")
 
 
-def test_match_bad_event_row_reports_file_and_line(fake_engine, write_file):
+def test_match_bad_event_row_reports_file_and_line(write_file):
     query = write_file("q.lql", "PATTERN SEQ(A a, B b)\n")
     events = write_file("ev.csv", "type,ts\nA,1\nB,soon\n")
     result = invoke("match", "-q", str(query), "-e", str(events))
     assert_user_error(result, f"error: {events} line 3: ts 'soon' is neither a number nor an ISO-8601 timestamp")
 
 
-# ------------------------------------------------------------ lace match: plumbing (fake engine)
-
-
-def test_match_writes_one_json_object_per_match_to_stdout(fake_engine, write_file):
+def test_match_bad_pm_store_url_is_a_one_line_error(write_file):
     query, events = write_file("q.lql", "PATTERN SEQ(A a, B b)\n"), write_file("ev.csv", EVENTS_CSV)
+    result = invoke("match", "-q", str(query), "-e", str(events), "--pm-capacity", "5", "--pm-store", "nosuchdb://x")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: --pm-store nosuchdb://x: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+# ------------------------------------------------------------ lace match: output and options
+
+
+def test_match_writes_one_json_object_per_match_to_stdout(write_file):
+    query = write_file("q.lql", "NAME pair\nPATTERN SEQ(A a, B b)\nRETURN a.sym AS sym\n")
+    events = write_file("ev.csv", EVENTS_CSV)
     result = invoke("match", "-q", str(query), "-e", str(events))
     assert result.exit_code == 0, result.output
     assert [json.loads(line) for line in result.stdout.splitlines()] == [
-        {"query": "fake", "events": {"a": [1], "b": [2]}, "start": 1_000_000, "end": 2_000_000, "fields": {}},
-        {"query": "fake", "events": {"a": [3], "b": [4]}, "start": 3_000_000, "end": 4_000_000, "fields": {}},
-        {"query": "fake", "events": {"a": [3]}, "start": 3_000_000, "end": 3_000_000, "fields": {"trailing": True}},
+        {"query": "pair", "events": {"a": [1], "b": [2]}, "start": 1_000_000, "end": 2_000_000, "fields": {"sym": "x"}},
+        {"query": "pair", "events": {"a": [1], "b": [4]}, "start": 1_000_000, "end": 4_000_000, "fields": {"sym": "x"}},
+        {"query": "pair", "events": {"a": [3], "b": [4]}, "start": 3_000_000, "end": 4_000_000, "fields": {"sym": "y"}},
     ]
     assert result.stderr == ""
 
 
-def test_match_passes_strategy_storage_and_lateness_to_the_engine(fake_engine, write_file):
+def test_match_strategy_and_storage_options_reach_the_engine(write_file):
     query, events = write_file("q.lql", "PATTERN SEQ(A a, B b)\n"), write_file("ev.csv", EVENTS_CSV)
-    args = ["--strategy", "skip_till_next_match", "--storage", "runs", "--lateness", "2 s"]
-    assert invoke("match", "-q", str(query), "-e", str(events), *args).exit_code == 0
-    assert fake_engine == [{"text": "PATTERN SEQ(A a, B b)\n", "strategy": "skip_till_next_match"}]
-    (m,) = FakeMatcher.instances
-    assert (m.storage, m.lateness_us) == ("runs", 2_000_000)
+
+    def run(*args):
+        result = invoke("match", "-q", str(query), "-e", str(events), "--stats", *args)
+        assert result.exit_code == 0, result.output
+        return len(result.stdout.splitlines()), json.loads(result.stderr)
+
+    n_any, chain = run()
+    n_next, _ = run("--strategy", "skip_till_next_match")
+    n_runs, runs = run("--storage", "runs")
+    assert (n_any, n_next, n_runs) == (3, 2, 3)
+    assert chain["copied"] == 0 and runs["copied"] > 0
 
 
-def test_match_out_file_and_stats(fake_engine, write_file, tmp_path):
+def test_match_out_file_and_stats_from_jsonl(write_file, tmp_path):
     query, events = write_file("q.lql", "PATTERN SEQ(A a, B b)\n"), write_file("ev.jsonl", "")
-    events.write_text("".join(json.dumps({"type": t, "ts": ts}) + "\n" for t, ts in [("A", 1), ("B", 2)]))
+    events.write_text("".join(json.dumps({"type": t, "ts": ts}) + "\n" for t, ts in [("A", 1), ("B", 2), ("B", 3)]))
     out = tmp_path / "out.jsonl"
     result = invoke("match", "-q", str(query), "-e", str(events), "--out", str(out), "--stats")
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert len(out.read_text().splitlines()) == 2
     stats = json.loads(result.stderr)
-    assert stats["pushed"] == 2
-    assert (stats["events_read"], stats["late_events"], stats["matches"]) == (2, 0, 2)
+    assert (stats["events_read"], stats["late_events"], stats["matches"], stats["emitted"]) == (3, 0, 2, 2)
     assert stats["elapsed_s"] >= 0 and stats["events_per_s"] >= 0
 
 
-def test_match_counts_and_reports_late_events_and_keeps_going(fake_engine, write_file):
-    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\n")
-    events = write_file("ev.csv", "type,ts\nA,5000\nA,1000\nB,6000\n")
-    result = invoke("match", "-q", str(query), "-e", str(events), "--stats")
-    assert result.exit_code == 0, result.output
-    warning, stats_line = result.stderr.splitlines()
-    assert warning == f"warning: {events} line 3: ts 1000000 is behind the watermark"
-    stats = json.loads(stats_line)
-    assert (stats["events_read"], stats["late_events"], stats["pushed"]) == (3, 1, 2)
+def test_match_pm_capacity_spills_and_gives_the_same_matches(write_file):
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nPARTITION BY sym\n")
+    rows = "".join(f"{i},{'AB'[i % 2]},{i * 1000},{'xyz'[i % 3]}\n" for i in range(1, 61))
+    events = write_file("ev.csv", "id,type,ts,sym\n" + rows)
+    plain = invoke("match", "-q", str(query), "-e", str(events))
+    spill = ["--pm-capacity", "2", "--pm-policy", "tpm", "--stats"]
+    spilled = invoke("match", "-q", str(query), "-e", str(events), *spill)
+    assert spilled.exit_code == 0, spilled.output
+    assert sorted(spilled.stdout.splitlines()) == sorted(plain.stdout.splitlines())
+    stats = json.loads(spilled.stderr)
+    assert stats["pm_policy"] == "tpm" and stats["spilled"] > 0 and stats["misses"] > 0
 
 
-def test_match_sort_orders_the_file_by_ts_then_id(fake_engine, write_file):
+def test_match_sort_orders_the_file_by_ts_then_id(write_file):
     query = write_file("q.lql", "PATTERN SEQ(A a, B b)\n")
     events = write_file("ev.csv", "id,type,ts\n1,B,3000\n2,A,1000\n3,A,2000\n")
-    assert invoke("match", "-q", str(query), "-e", str(events), "--sort").exit_code == 0
-    assert FakeMatcher.instances[0].pushed == [2, 3, 1]
+    unsorted = invoke("match", "-q", str(query), "-e", str(events))
+    assert unsorted.stdout == "" and "late event" in unsorted.stderr
+    result = invoke("match", "-q", str(query), "-e", str(events), "--sort")
+    assert result.exit_code == 0 and result.stderr == ""
+    assert sorted(json.loads(line)["events"]["a"][0] for line in result.stdout.splitlines()) == [2, 3]
 
 
 # ------------------------------------------------------------ real processes and the real engine
