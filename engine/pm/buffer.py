@@ -152,16 +152,17 @@ class PartialMatchBuffer:
             if self.chain:
                 d = st.nodes[j]
                 if d and d[-1][0] is e:
-                    touch((p, key, -1), t, self.weight(p, j))
+                    touch((p, key, -1), t, self.weight(p, j), _chain_created(st))
             else:
                 bucket = st.by_slot[j]
                 if bucket:
-                    bound = bucket[-1][1][j]
+                    run = bucket[-1]
+                    bound = run[1][j]
                     if (bound[-1] if self.kleene[p][j] else bound) is e:
-                        touch((p, key, j), t, self.weight(p, j))
+                        touch((p, key, j), t, self.weight(p, j), run[0])
 
     def _activate(self) -> None:
-        """First fill: give every resident unit a priority record from its newest partial match."""
+        """First fill: give every resident unit a priority record from its partial matches."""
         self.active = True
         touch = self.policy.touch
         for key, states in self.m.states.items():
@@ -169,13 +170,13 @@ class PartialMatchBuffer:
                 if self.chain:
                     newest = max(((d[-1][0].ts, j) for j, d in enumerate(st.nodes) if d), default=None)
                     if newest is not None:
-                        touch((p, key, -1), newest[0], self.weight(p, newest[1]))
+                        touch((p, key, -1), newest[0], self.weight(p, newest[1]), _chain_created(st))
                 else:
                     for j, bucket in enumerate(st.by_slot):
                         if bucket:
                             bound = bucket[-1][1][j]
                             last = bound[-1] if self.kleene[p][j] else bound
-                            touch((p, key, j), last.ts, self.weight(p, j))
+                            touch((p, key, j), last.ts, self.weight(p, j), min(r[0] for r in bucket))
 
     def forget_key(self, key: Hashable) -> None:
         """The matcher dropped an idle key's state: forget its units and statistics."""
@@ -295,7 +296,11 @@ class PartialMatchBuffer:
         counters.live += n
         if counters.live > counters.peak_live:
             counters.peak_live = counters.live
-        self.policy.touch(unit, now, self.weight(p, max(slot, 0)))
+        if self.chain:
+            created = _chain_created(st)
+        else:
+            created = min(r[0] for r in st.by_slot[slot]) if st.by_slot[slot] else now
+        self.policy.touch(unit, now, self.weight(p, max(slot, 0)), created)
 
     def _forget_spilled(self, unit: Unit, count: int, nbytes: int) -> None:
         left = self.spilled.get(unit, 0) - count
@@ -315,3 +320,8 @@ class PartialMatchBuffer:
                 self.spilled_units_per_key[key] = left
             else:
                 del self.spilled_units_per_key[key]
+
+
+def _chain_created(st: Any) -> int:
+    """Creation time of a chain's oldest partial match: the ts of its oldest node's event."""
+    return min((d[0][0].ts for d in st.nodes if d), default=0)

@@ -32,11 +32,13 @@ Choices where docs/semantics.md is silent (see also the module's tests):
 - Arithmetic on a missing value, a string, or division by zero gives a missing
   value, so the comparison that reads it is false (and ``NOT`` of it true).
 """
+
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from engine.events import Event
 from engine.lql import ast as A
@@ -74,7 +76,7 @@ def interleavings(seqs: list[tuple]) -> list[tuple]:
     seqs = [s for s in seqs if s]
     if not seqs:
         return [()]
-    out = []
+    out: list[tuple] = []
     for k, s in enumerate(seqs):
         rest = seqs[:k] + [s[1:]] + seqs[k + 1 :]
         out.extend((s[0],) + tail for tail in interleavings(rest))
@@ -95,7 +97,7 @@ class Conjunct:
 
     expr: A.Expr
     vars: frozenset
-    iter_var: Optional[str]
+    iter_var: str | None
     first_i: int
     closed_vars: frozenset
 
@@ -129,7 +131,7 @@ def analyse(expr: A.Expr) -> Conjunct:
     )
 
 
-def split_and(expr: Optional[A.Expr]) -> list[A.Expr]:
+def split_and(expr: A.Expr | None) -> list[A.Expr]:
     """Top-level AND-operands, nested ANDs flattened."""
     if expr is None:
         return []
@@ -149,7 +151,7 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, str)
 
 
-def _event_of(ref: A.AttrRef, binding: Binding, i: Optional[int]) -> Event:
+def _event_of(ref: A.AttrRef, binding: Binding, i: int | None) -> Event:
     bound = binding[ref.var]
     if isinstance(bound, Event):
         if ref.index is not None:
@@ -158,6 +160,7 @@ def _event_of(ref: A.AttrRef, binding: Binding, i: Optional[int]) -> Event:
     if ref.index is None:
         raise ValueError(f"Kleene variable {ref.var} used without an index in WHERE")
     kind = ref.index.kind
+    k: int | None
     if kind == "first":
         k = 1
     elif kind == "last":
@@ -167,13 +170,13 @@ def _event_of(ref: A.AttrRef, binding: Binding, i: Optional[int]) -> Event:
     elif kind == "i":
         k = i
     else:  # prev
-        k = i - 1
+        k = None if i is None else i - 1
     if k is None or not 1 <= k <= len(bound):
         raise _OutOfRange
     return bound[k - 1]
 
 
-def value(expr: A.Expr, binding: Binding, i: Optional[int]) -> Any:
+def value(expr: A.Expr, binding: Binding, i: int | None) -> Any:
     """Value of an expression; None stands for a missing value (or a division by zero)."""
     if isinstance(expr, A.Literal):
         return expr.value
@@ -198,7 +201,7 @@ def value(expr: A.Expr, binding: Binding, i: Optional[int]) -> Any:
     raise ValueError(f"not allowed in WHERE: {expr!r}")
 
 
-def truth(expr: A.Expr, binding: Binding, i: Optional[int]) -> bool:
+def truth(expr: A.Expr, binding: Binding, i: int | None) -> bool:
     """Truth of an expression at Kleene position i (None when no ``b[i]`` is involved)."""
     if isinstance(expr, A.Compare):
         left, right = value(expr.left, binding, i), value(expr.right, binding, i)
@@ -282,7 +285,8 @@ def make_plans(query: A.PatternQuery, conjuncts: list[Conjunct]) -> list[Plan]:
             raise ValueError("a trailing negation needs WITHIN")
         pos_vars = {c.var for c in positives}
         neg_vars = {c.var for c in comps if c.kind == "neg"}
-        rule3, rule5 = [], {v: [] for v in neg_vars}
+        rule3: list[Conjunct] = []
+        rule5: dict[str, list[Conjunct]] = {v: [] for v in neg_vars}
         for c in conjuncts:
             if not c.vars <= pos_vars | neg_vars:
                 continue  # mentions a variable this plan does not bind
@@ -299,9 +303,7 @@ def make_plans(query: A.PatternQuery, conjuncts: list[Conjunct]) -> list[Plan]:
 # =========================================================================== enumeration
 
 
-def enumerate_matches(
-    query: A.PatternQuery, events: list[Event], strategy: Optional[str] = None
-) -> set:
+def enumerate_matches(query: A.PatternQuery, events: list[Event], strategy: str | None = None) -> set:
     """Every match identity (as :meth:`engine.match.Match.key`) of ``query`` over the finite stream ``events``.
 
     The stream is taken as complete (watermark = +infinity at the end): trailing
@@ -373,21 +375,21 @@ def _consecutive(bound: list[Event], position: dict) -> bool:
     return places[-1] - places[0] + 1 == len(places)
 
 
-def _assignments(positives: list, sub: list[Event], window: Optional[int]) -> Iterator[list]:
+def _assignments(positives: list, sub: list[Event], window: int | None) -> Iterator[list]:
     """Every assignment of section 3 (ordering and window only), as a list of event lists per component.
 
     Events of c_j all come before events of c_{j+1}; a Kleene component takes a
     non-empty increasing subsequence.
     """
 
-    def later(start: int, first_ts: Optional[int]) -> Iterator[tuple[int, Event]]:
+    def later(start: int, first_ts: int | None) -> Iterator[tuple[int, Event]]:
         for k in range(start, len(sub)):
             e = sub[k]
             if window is not None and first_ts is not None and e.ts - first_ts > window:
                 return
             yield k, e
 
-    def component(j: int, start: int, first_ts: Optional[int], acc: list) -> Iterator[list]:
+    def component(j: int, start: int, first_ts: int | None, acc: list) -> Iterator[list]:
         if j == len(positives):
             yield acc
             return
@@ -410,7 +412,9 @@ def _assignments(positives: list, sub: list[Event], window: Optional[int]) -> It
     yield from component(0, 0, None, [])
 
 
-def _negated_event_exists(neg: A.Component, conjs: list, binding: Binding, sub: list[Event], after: Event, before) -> bool:
+def _negated_event_exists(
+    neg: A.Component, conjs: list, binding: Binding, sub: list[Event], after: Event, before
+) -> bool:
     """Rule 5: an event of neg's types in ``sub``, after ``after`` and accepted by ``before``, satisfying conjs."""
     for e in sub:
         if e.order_key() <= after.order_key() or e.type not in neg.types or not before(e):
@@ -430,17 +434,19 @@ def _middle_negations_hold(plan: Plan, j: int, left: Event, right: Event, bindin
     return True
 
 
-def _trailing_negations_hold(plan: Plan, groups: list, binding: Binding, sub: list[Event], window: Optional[int]) -> bool:
+def _trailing_negations_hold(plan: Plan, groups: list, binding: Binding, sub: list[Event], window: int | None) -> bool:
     if not plan.trailing:
         return True
     deadline = groups[0][0].ts + window
     for neg in plan.trailing:
-        if _negated_event_exists(neg, plan.neg_conjuncts[neg.var], binding, sub, groups[-1][-1], lambda e: e.ts <= deadline):
+        if _negated_event_exists(
+            neg, plan.neg_conjuncts[neg.var], binding, sub, groups[-1][-1], lambda e: e.ts <= deadline
+        ):
             return False
     return True
 
 
-def _negations_hold(plan: Plan, groups: list, binding: Binding, sub: list[Event], window: Optional[int]) -> bool:
+def _negations_hold(plan: Plan, groups: list, binding: Binding, sub: list[Event], window: int | None) -> bool:
     for j in plan.middle:
         if not _middle_negations_hold(plan, j, groups[j - 1][-1], groups[j][0], binding, sub):
             return False
@@ -480,7 +486,7 @@ def _check_negation_evaluable(plan: Plan, j: int, groups: list) -> None:
                 )
 
 
-def _next_match(plan: Plan, sub: list[Event], window: Optional[int]) -> set:
+def _next_match(plan: Plan, sub: list[Event], window: int | None) -> set:
     """Section 4, skip_till_next_match, for one plan over one sub-stream: a plain simulation of the runs.
 
     A run is the list of event lists of c_1..c_j; its last list may be an open

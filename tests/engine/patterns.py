@@ -9,16 +9,16 @@
 - :func:`bench_events` rebuilds the peer benchmark stream of
   ``shared/bench/gen_stream.py`` (same algorithm, same numbers) as events.
 """
+
 from __future__ import annotations
 
 import random
 import string
 from dataclasses import dataclass
-from typing import Optional
 
 from hypothesis import strategies as st
 
-from engine.events import Event, MICROS_PER_S
+from engine.events import MICROS_PER_S, Event
 from engine.lql import ast as A
 
 # =========================================================================== syntax-tree builders
@@ -56,7 +56,7 @@ def or_(*items: A.PatternNode) -> A.Or:
 _INDEX = {"i": A.Index("i"), "i-1": A.Index("prev"), "1": A.Index("first"), "last": A.Index("last")}
 
 
-def ref(var: str, attr: str = "x", index: Optional[str] = None) -> A.AttrRef:
+def ref(var: str, attr: str = "x", index: str | None = None) -> A.AttrRef:
     """``var.attr``; index "i", "i-1", "1", "last" or "3" gives ``var[index].attr``."""
     if index is None:
         return A.AttrRef(var, attr)
@@ -74,11 +74,11 @@ def secs(n: int) -> A.Literal:
 
 
 def cmp(op: str, left, right) -> A.Compare:
-    return A.Compare(op, _expr(left), _expr(right))
+    return A.Compare(op, _expr(left), _expr(right))  # type: ignore[arg-type]
 
 
 def arith(op: str, left, right) -> A.BinOp:
-    return A.BinOp(op, _expr(left), _expr(right))
+    return A.BinOp(op, _expr(left), _expr(right))  # type: ignore[arg-type]
 
 
 def all_(*xs: A.Expr) -> A.BoolOp:
@@ -106,12 +106,12 @@ def _expr(x) -> A.Expr:
 
 def query(
     pattern: A.PatternNode,
-    where: Optional[A.Expr] = None,
+    where: A.Expr | None = None,
     *,
     partition_by: tuple[str, ...] = (),
     strategy: str = A.DEFAULT_STRATEGY,
-    within_s: Optional[float] = None,
-    within_us: Optional[int] = None,
+    within_s: float | None = None,
+    within_us: int | None = None,
 ) -> A.PatternQuery:
     if within_s is not None:
         within_us = int(round(within_s * MICROS_PER_S))
@@ -191,12 +191,15 @@ def to_lql(q: A.PatternQuery, *, explicit_default_strategy: bool = True) -> str:
 # =========================================================================== streams for hand-written tests
 
 
-def stream(spec: str, *, gap_s: float = 1.0, **attrs_by_name) -> list[Event]:
+def stream(
+    spec: str, attrs: dict[str, dict] | None = None, *, gap_s: float = 1.0, **attrs_by_name: dict
+) -> list[Event]:
     """Events from a compact spec: "a1 a2 b1" -> types A, A, B; ids 1..n; ts 0, gap, 2 gap ... seconds.
 
-    ``attrs_by_name``: token -> attrs dict, e.g. ``b2={"x": 3}``. A token
+    ``attrs`` / ``attrs_by_name``: token -> attrs dict, e.g. ``b2={"x": 3}``. A token
     ``a1@2.5`` sets ts to 2.5 s instead.
     """
+    attrs_by_name = {**(attrs or {}), **attrs_by_name}
     out = []
     for k, token in enumerate(spec.split()):
         name, _, at = token.partition("@")
@@ -278,11 +281,13 @@ def _pattern(draw) -> tuple[A.PatternNode, _Vars, bool]:
     items: list = []
     negs: list = []
     top_singles: list = []
-    for k in range(n_items):
+    for _ in range(n_items):
         # no negation before a component that must bind: the parser rejects SEQ(B* b[], !C n, ...)
         # as starting with a negation (docs/semantics.md would only drop the plan without b)
         bound_before = any(not (isinstance(it, A.Component) and it.kind in ("star", "neg")) for it in items)
-        choices = ["single"] * 5 + ["plus"] * 2 + ["star", "any"] + (["neg"] * 3 if bound_before else []) + ["or", "and"]
+        choices = (
+            ["single"] * 5 + ["plus"] * 2 + ["star", "any"] + (["neg"] * 3 if bound_before else []) + ["or", "and"]
+        )
         kind = draw(st.sampled_from(choices))
         t = draw(st.sampled_from(TYPES))
         if kind in ("plus", "star") and kleene_budget[0] == 0:
@@ -338,7 +343,7 @@ def _collect(node: A.PatternNode, negs: list) -> _Vars:
 
 
 @st.composite
-def _conjunct(draw, vs: _Vars) -> Optional[A.Expr]:
+def _conjunct(draw, vs: _Vars) -> A.Expr | None:
     """One WHERE conjunct over the pattern's variables (None when the template does not fit)."""
     singles = [v for v, _ in vs.singles]
     op = draw(st.sampled_from(OPS))
@@ -369,7 +374,7 @@ def _conjunct(draw, vs: _Vars) -> Optional[A.Expr]:
         s1 = one()
         aop = draw(st.sampled_from(["+", "-", "*"]))
         right = ref(draw(st.sampled_from(singles))) if draw(st.booleans()) else lit(draw(st.integers(1, 3)))
-        left = arith(aop, ref(s1), right)
+        left: A.Expr = arith(aop, ref(s1), right)
         if draw(st.integers(0, 4)) == 0:
             left = A.Neg(left)
         return cmp(op, left, draw(st.integers(-5, 10)))
@@ -383,7 +388,11 @@ def _conjunct(draw, vs: _Vars) -> Optional[A.Expr]:
         return any_(cmp(op, ref(one()), small), cmp(draw(st.sampled_from(OPS)), ref(one()), draw(st.integers(0, 5))))
     if kind == "ts" and len(singles) >= 2:
         s1, s2 = two()
-        return cmp(draw(st.sampled_from(["<", "<=", ">", ">="])), arith("-", ref(s2, "ts"), ref(s1, "ts")), secs(draw(st.integers(0, 3))))
+        return cmp(
+            draw(st.sampled_from(["<", "<=", ">", ">="])),
+            arith("-", ref(s2, "ts"), ref(s1, "ts")),
+            secs(draw(st.integers(0, 3))),
+        )
     if kind == "string" and singles:
         return cmp(draw(st.sampled_from(["=", "!=", "<"])), ref(one()), "A")
     if kind == "missing" and singles:
@@ -392,7 +401,11 @@ def _conjunct(draw, vs: _Vars) -> Optional[A.Expr]:
     if kind == "type":
         anys = [v for v, is_any in vs.singles if is_any]
         if anys:
-            return cmp(draw(st.sampled_from(["=", "!="])), ref(draw(st.sampled_from(anys)), "type"), draw(st.sampled_from(TYPES)))
+            return cmp(
+                draw(st.sampled_from(["=", "!="])),
+                ref(draw(st.sampled_from(anys)), "type"),
+                draw(st.sampled_from(TYPES)),
+            )
         return None
     if kind == "iter":
         b = draw(st.sampled_from(vs.kleenes))

@@ -3,6 +3,7 @@
 Seed-42 streams of ``gen_stream.py --types 3 --keys 100 --rate 1000``; every pattern is
 partitioned by key and its window inclusive. The 100k-event rows are marked slow.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -66,7 +67,7 @@ def count(text: str, events: list, storage: str) -> int:
 
 def _cases_10k():
     for name, pattern, window, strategy, n10k, _ in TABLE:
-        for storage in (("chain", "runs") if strategy == ANY else ("runs",)):
+        for storage in ("chain", "runs") if strategy == ANY else ("runs",):
             marks = [pytest.mark.slow] if name == "P1 any 5 s" else []
             yield pytest.param(lql(pattern, window, strategy), storage, n10k, id=f"{name}-{storage}", marks=marks)
 

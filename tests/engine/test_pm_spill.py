@@ -67,18 +67,19 @@ def test_capacity_keeps_memory_bounded(bench_10k):
 
 def test_stpm_drops_stale_records_and_spills_lowest_priority_first():
     p = STPM()
-    p.touch((0, "k1", 0), 100, 0)
-    p.touch((0, "k2", 0), 50, 0)
-    p.touch((0, "k1", 0), 10, 500)  # k1 updated: W = 510, its W = 100 record is stale
+    p.touch((0, "k1", 0), 100, 0, 1)
+    p.touch((0, "k2", 0), 50, 0, 1)
+    assert next(p.victims()) == (0, "k2", 0)  # the tree is built here; later touches add records
+    p.touch((0, "k2", 0), 60, 0, 1)
+    p.touch((0, "k1", 0), 10, 500, 1)  # k1 updated: W = 510, its W = 100 record is stale
     assert list(p.victims()) == [(0, "k2", 0), (0, "k1", 0)]
 
 
-def test_tpm_spills_the_oldest_created_unit_even_if_recently_updated():
+def test_tpm_spills_the_oldest_created_partial_matches_even_if_recently_updated():
     p = TPM()
-    p.touch((0, "old", 0), 1, 0)
-    p.touch((0, "new", 0), 2, 0)
-    p.touch((0, "old", 0), 3, 0)
-    assert list(p.victims()) == [(0, "old", 0), (0, "new", 0)]
+    p.touch((0, "old", 2), 900, 0, 1)  # a partial match created at 1 that just reached state 2
+    p.touch((0, "new", 0), 500, 0, 500)
+    assert list(p.victims()) == [(0, "old", 2), (0, "new", 0)]
 
 
 def test_bad_capacity_and_policy_are_rejected():

@@ -1,4 +1,5 @@
 """The seed example (a1 a2 b1 b2 a3 b3 c1 c2) through the real matcher: 14 matches, 30 with ``B+ b[]``."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,0 +1,1 @@
+"""The service database: SQLAlchemy 2 models, sessions, migrations (Alembic, in ``migrations/``)."""

@@ -1,0 +1,154 @@
+"""Tables of the service database (SQLAlchemy 2 declarative, typed).
+
+Every time is an int64 of microseconds since the Unix epoch, UTC (``*_us``), so SQLite and
+PostgreSQL store and compare them alike. Deleting a query deletes its webhooks, alerts and
+deliveries (``ON DELETE CASCADE``). The partial-match store (DESIGN.md section 2) will add
+its own tables in a later migration.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL gets BIGINT identities.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class EventTypeRow(Base):
+    """A registered event type (stream): schema, archive key, allowed lateness."""
+
+    __tablename__ = "event_types"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    attributes: Mapped[dict[str, str]] = mapped_column(JSON)
+    partition_key: Mapped[str | None] = mapped_column(String(64))
+    allowed_lateness_us: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    updated_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class QueryRow(Base):
+    """A registered LQL query; ``active_since_us`` is when its live matcher (re)started."""
+
+    __tablename__ = "queries"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    text: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))  # active | paused
+    types: Mapped[list[str]] = mapped_column(JSON)
+    window_us: Mapped[int | None] = mapped_column(BigInteger)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    active_since_us: Mapped[int] = mapped_column(BigInteger)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    updated_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class WebhookRow(Base):
+    """A URL subscribed to one query's alerts; the signing secret is derived from ``salt``."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    query_id: Mapped[int] = mapped_column(ForeignKey("queries.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    salt: Mapped[str] = mapped_column(String(64))
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class AlertRow(Base):
+    """One match of a query, recorded once per (query, event ids) (``dedup_key``)."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (
+        UniqueConstraint("query_id", "dedup_key", name="uq_alerts_query_dedup"),
+        Index("ix_alerts_query_id_id", "query_id", "id"),
+        Index("ix_alerts_end_us", "end_us"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    query_id: Mapped[int] = mapped_column(ForeignKey("queries.id", ondelete="CASCADE"))
+    dedup_key: Mapped[str] = mapped_column(String(64))
+    events: Mapped[dict[str, list[int]]] = mapped_column(JSON)
+    fields: Mapped[dict[str, Any]] = mapped_column(JSON)
+    start_us: Mapped[int] = mapped_column(BigInteger)
+    end_us: Mapped[int] = mapped_column(BigInteger)
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+
+
+class DeliveryRow(Base):
+    """The outbox: one row per (alert, webhook), written in the alert's transaction."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (
+        UniqueConstraint("alert_id", "webhook_id", name="uq_deliveries_alert_webhook"),
+        Index("ix_deliveries_due", "status", "next_attempt_at_us"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"), index=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    idempotency_key: Mapped[str] = mapped_column(String(80), unique=True)
+    status: Mapped[str] = mapped_column(String(16))  # pending | delivered | dead
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at_us: Mapped[int] = mapped_column(BigInteger)
+    lease_until_us: Mapped[int | None] = mapped_column(BigInteger)
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(String(500))
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    delivered_at_us: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class DeliveryAttemptRow(Base):
+    """The delivery log: one row per HTTP attempt."""
+
+    __tablename__ = "delivery_attempts"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    delivery_id: Mapped[int] = mapped_column(ForeignKey("deliveries.id", ondelete="CASCADE"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    at_us: Mapped[int] = mapped_column(BigInteger)
+    outcome: Mapped[str] = mapped_column(String(16))  # delivered | failed | dead
+    status_code: Mapped[int | None] = mapped_column(Integer)
+    error: Mapped[str | None] = mapped_column(String(500))
+    duration_ms: Mapped[float] = mapped_column(Float)
+
+
+class ApiKeyRow(Base):
+    """An API key: only the SHA-256 of the token is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    revoked_at_us: Mapped[int | None] = mapped_column(BigInteger)
