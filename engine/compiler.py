@@ -5,8 +5,9 @@ in :class:`engine.matcher.Matcher` (Flink CEP's NFA / NFAState split).
 """
 from __future__ import annotations
 
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Any, Hashable
+from typing import Any
 
 from engine.events import Event
 from engine.lql.ast import (

@@ -92,4 +92,7 @@ class Match:
         )
 
     def __repr__(self) -> str:
-        return f"Match(query={self.query!r}, events={self.ids()!r}, start={self.start}, end={self.end}, fields={self.fields!r})"
+        return (
+            f"Match(query={self.query!r}, events={self.ids()!r}, start={self.start}, end={self.end}, "
+            f"fields={self.fields!r})"
+        )

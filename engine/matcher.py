@@ -14,7 +14,8 @@ order was already released. Buffered events are released once
 from __future__ import annotations
 
 import heapq
-from typing import Any, Hashable, Literal
+from collections.abc import Hashable
+from typing import Any, Literal
 
 from engine.buffer.chain import ChainStorage
 from engine.compiler import SKIP, CompiledQuery

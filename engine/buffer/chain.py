@@ -25,12 +25,13 @@ Units: timestamps int microseconds.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.events import Event
-from engine.nfa.compiler import Conjunct, NFAPlan, NegSpec
-from engine.nfa.counters import Counters
 from engine.match import Match
+from engine.nfa.compiler import Conjunct, NegSpec, NFAPlan
+from engine.nfa.counters import Counters
 from engine.nfa.state import PlanState
 
 Sink = Callable[[PlanState, tuple[Any, ...]], None]

@@ -14,7 +14,8 @@ Units: durations and timestamps are int microseconds (UTC for timestamps).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal as TLiteral, Union
+from typing import Literal as TLiteral
+from typing import Union
 
 Strategy = TLiteral[
     "skip_till_any_match", "skip_till_next_match", "strict_contiguity", "partition_contiguity"
@@ -114,8 +115,8 @@ class BinOp:
     """Arithmetic ``left op right`` with op in ``+ - * /``."""
 
     op: ArithOp
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
     pos: Pos = NOPOS
 
 
@@ -123,7 +124,7 @@ class BinOp:
 class Neg:
     """Unary minus."""
 
-    operand: "Expr"
+    operand: Expr
     pos: Pos = NOPOS
 
 
@@ -132,8 +133,8 @@ class Compare:
     """``left op right`` with op in ``= != < <= > >=`` (``==`` and ``<>`` are parsed as ``=``/``!=``)."""
 
     op: CompareOp
-    left: "Expr"
-    right: "Expr"
+    left: Expr
+    right: Expr
     pos: Pos = NOPOS
 
 
@@ -142,7 +143,7 @@ class BoolOp:
     """``AND`` / ``OR`` over two or more operands (flattened)."""
 
     op: TLiteral["and", "or"]
-    operands: tuple["Expr", ...]
+    operands: tuple[Expr, ...]
     pos: Pos = NOPOS
 
 
@@ -150,7 +151,7 @@ class BoolOp:
 class Not:
     """``NOT operand``."""
 
-    operand: "Expr"
+    operand: Expr
     pos: Pos = NOPOS
 
 
@@ -162,7 +163,7 @@ class Equivalence:
     pos: Pos = NOPOS
 
 
-Expr = Union[Literal, AttrRef, Aggregate, BinOp, Neg, Compare, BoolOp, Not, Equivalence]
+Expr = Union[Literal, AttrRef, Aggregate, BinOp, Neg, Compare, BoolOp, Not, Equivalence]  # noqa: UP007
 
 # --------------------------------------------------------------------------- patterns
 
@@ -195,7 +196,7 @@ class Component:
 class Seq:
     """``SEQ(p1, p2, ...)``: the parts in this order (strictly increasing (ts, id))."""
 
-    items: tuple["PatternNode", ...]
+    items: tuple[PatternNode, ...]
     pos: Pos = NOPOS
 
 
@@ -203,7 +204,7 @@ class Seq:
 class And:
     """``AND(p1, p2, ...)``: all parts, in any order (each part's events form a block)."""
 
-    items: tuple["PatternNode", ...]
+    items: tuple[PatternNode, ...]
     pos: Pos = NOPOS
 
 
@@ -211,11 +212,11 @@ class And:
 class Or:
     """``OR(p1, p2, ...)``: any one part."""
 
-    items: tuple["PatternNode", ...]
+    items: tuple[PatternNode, ...]
     pos: Pos = NOPOS
 
 
-PatternNode = Union[Component, Seq, And, Or]
+PatternNode = Union[Component, Seq, And, Or]  # noqa: UP007
 
 # --------------------------------------------------------------------------- queries
 
@@ -264,7 +265,7 @@ class LiveArchivedQuery:
     pos: Pos = NOPOS
 
 
-Query = Union[PatternQuery, LiveArchivedQuery]
+Query = Union[PatternQuery, LiveArchivedQuery]  # noqa: UP007
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,6 @@ class QueryError(ValueError):
         super().__init__(f"line {line}, column {column}: {reason}")
 
     @classmethod
-    def at(cls, pos: object, reason: str) -> "QueryError":
+    def at(cls, pos: object, reason: str) -> QueryError:
         """Build from any object with ``line`` and ``column`` (an ``ast.Pos``)."""
         return cls(reason, getattr(pos, "line", 0), getattr(pos, "column", 0))

@@ -17,8 +17,9 @@ ranges; fewer AST nodes first). The compiled plans hold no per-key state.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from engine.events import Event
 from engine.lql.ast import (
@@ -326,7 +327,9 @@ class PlanCompiler:
         """Where a positive conjunct is evaluated: ("bind"|"each"|"close", slot)."""
         refs = [r for r in refs_of(expr) if r.var in self.pos_slot]
         jmax = max(self.pos_slot[r.var] for r in refs) if refs else 0
-        kinds = {r.index.kind if isinstance(r, AttrRef) and r.index else None for r in refs if self.pos_slot[r.var] == jmax}
+        kinds = {
+            r.index.kind if isinstance(r, AttrRef) and r.index else None for r in refs if self.pos_slot[r.var] == jmax
+        }
         if not self.positives[jmax].is_kleene:
             return ("bind", jmax)
         if kinds & {"last", "at"}:
@@ -454,8 +457,8 @@ def _aggregate(agg: Aggregate, slot: int, kleene: bool) -> Fn:
     func = agg.func
 
     def aggregate(env: Any, i: int, x: Any) -> Any:
-        bound = env[slot] if slot < len(env) else ()
-        seq = bound if kleene else (bound,)
+        bound: Any = env[slot] if slot < len(env) else ()
+        seq: tuple[Any, ...] = bound if kleene else (bound,)
         if func == "count":
             return len(seq)
         assert get is not None

@@ -18,7 +18,8 @@ a string and a number is true).
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.lql.ast import (
     Aggregate,

@@ -20,7 +20,8 @@ run builds a new tuple that shares the events (no event is copied).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from engine.events import Event
 from engine.match import Match

@@ -9,7 +9,7 @@ from bisect import bisect_right
 from typing import Any
 
 from engine.events import Event
-from engine.nfa.compiler import NFAPlan, NegSpec
+from engine.nfa.compiler import NegSpec, NFAPlan
 
 _NEVER = (-(1 << 63), -(1 << 63))
 
@@ -43,6 +43,10 @@ class PlanState:
         self.neg_last: list[tuple[int, int]] = [_NEVER] * len(plan.negations)
         self.neg_buf: list[list[Event]] = [[] for _ in plan.negations]
         self.pending: list[Pending] = []
+
+    def live(self) -> int:
+        """Partial matches held in memory (overridden by each storage's state)."""
+        return 0
 
     # ------------------------------------------------------------ recording
     def record_negations(self, e: Event) -> None:

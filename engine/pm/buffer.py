@@ -166,6 +166,7 @@ class PartialMatchBuffer:
         self.active = True
         touch = self.policy.touch
         for key, states in self.m.states.items():
+            st: Any
             for p, st in enumerate(states):
                 if self.chain:
                     newest = max(((d[-1][0].ts, j) for j, d in enumerate(st.nodes) if d), default=None)
@@ -243,7 +244,7 @@ class PartialMatchBuffer:
             self.policy.forget(unit)
             if states is None:
                 continue
-            st = states[p]
+            st: Any = states[p]
             if self.chain:
                 nodes = [list(d) for d in st.nodes]
                 n = sum(len(d) for d in nodes)

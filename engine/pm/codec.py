@@ -69,7 +69,7 @@ def encode_chain(nodes: list[list[tuple[Any, ...]]]) -> bytes:
     """
     table = _Events()
     index: dict[int, int] = {}
-    out = []
+    out: list[tuple[Any, ...]] = []
     for deque_ in nodes:
         for node in deque_:
             index[id(node)] = len(out)

@@ -76,11 +76,11 @@ class MemoryStore:
         return self._rows.pop((query_id, plan, key, slot), [])
 
     def delete_expired(self, query_id: str, lower_ts: int) -> list[SpilledBatch]:
-        gone = []
+        gone: list[SpilledBatch] = []
         for k in list(self._rows):
             if k[0] != query_id:
                 continue
-            keep = []
+            keep: list[SpilledBatch] = []
             for b in self._rows[k]:
                 (gone if b.max_ts < lower_ts else keep).append(b)
             if keep:

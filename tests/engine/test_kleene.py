@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
-
 from tests.engine.helpers import S, both_storages, expected, found, labels, matcher, run, stream
 
 ABC = "PATTERN SEQ(A a, B+ b[], C c)"

@@ -1,8 +1,6 @@
 """PARTITION BY and [attr] equivalence: sub-streams, missing attributes (semantics.md 1, 3.3)."""
 from __future__ import annotations
 
-import pytest
-
 from tests.engine.helpers import both_storages, expected, found, matcher, stream
 
 AB = "PATTERN SEQ(A a, B b)"

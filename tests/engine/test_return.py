@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from tests.engine.helpers import S, both_storages, run
 
 ABC = "PATTERN SEQ(A a, B+ b[], C c)"
