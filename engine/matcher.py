@@ -195,11 +195,7 @@ class Matcher:
                 engine.expire(st, END_OF_TIME)
         self.states.clear()
         if self.pmb is not None:
-            self.pmb.store.clear(self.pmb.query_id)
-            self.pmb.spilled.clear()
-            self.pmb.spilled_bytes.clear()
-            self.pmb.spilled_units_per_key.clear()
-            self.pmb.stats["pms_bytes"] = 0
+            self.pmb.clear()
         return out
 
     def stats(self) -> dict[str, int]:
@@ -278,13 +274,14 @@ class Matcher:
         pmb = self.pmb
         if pmb is not None:
             pmb.before(key, states, e)
+            n_out = len(out)
         if self._multi:
             for engine, st in zip(self.engines, states):
                 engine.process(st, e, out)
         else:
             self.engines[0].process(states[0], e, out)
         if pmb is not None:
-            pmb.after(key, states, e)
+            pmb.after(key, states, e, len(out) > n_out)
         if e.ts >= self._next_sweep and self.query.window_us is not None:
             self._sweep(e.ts)
             # idle keys are swept every window, but at most every SWEEP_EVERY_US of event time

@@ -3,24 +3,26 @@
 After Peng et al., *Complex Event Processing over Live Archived Data Streams*
 (001_e24f905c15fdf08b.txt, section 5, Procedure 1). The matcher calls :meth:`before`
 for each event (so every partial match the event can touch is in memory: a **miss**
-reloads it from the partial-match store, a **hit** finds it there) and :meth:`after`
-(records the state updates for the spill policy and spills ``ΔR`` partial matches in
-one batch when the buffer is over capacity).
+reloads spilled ones, an event needing none is a **hit**) and :meth:`after` (records the
+state update for the spill policy and spills ``ΔR`` partial matches in one batch when the
+buffer is over capacity).
 
-Units (what the index on (partition key, NFA state) addresses):
-
-- run storage: ``(plan, key, slot)``, the runs of one key waiting in one NFA state. An
-  event only reads the states it can advance, so only those are reloaded;
-- chain-partitioned storage: ``(plan, key, -1)``, the whole chain of a key (its nodes link
-  to each other across states, so the chain is spilled and reloaded as a whole).
+The unit of spilling is the paper's partial-match entity ``PM_e`` of one object (TID): all
+partial matches of one partition key in one plan. Its priority is refreshed whenever an
+event of that key changes its state, including an event that completes matches (then
+``p(E_{n+1} | E_n) = 0``), so a key whose pattern has just completed drops in priority
+even though it still holds runs that could start over. The index says, per (partition
+key, NFA state), which partial matches are spilled: the store keeps one row per (key,
+NFA state) (run storage) or per key (-1: a chain-partitioned chain links its states), and
+an event reloads a key only when it needs a state that has spilled partial matches.
 
 STPM's estimates (Definition 7), learnt online from the stream: ``Δt_i`` is the largest gap
 seen between an ``E_i`` event and a later ``E_{i+1}`` event of the same key within the
 window; ``p(E_{i+1} | E_i)`` is the fraction of ``E_i`` events that an ``E_{i+1}`` event of
 the same key followed within the window.
 
-Spilling never changes results: a unit is reloaded before any event that could read it,
-and units of a key that still has spilled partial matches are never forgotten.
+Spilling never changes results: spilled partial matches are reloaded before any event that
+could read them, and a key with spilled partial matches is never forgotten.
 """
 from __future__ import annotations
 
@@ -31,11 +33,17 @@ import orjson
 
 from engine.events import Event
 from engine.pm.codec import decode_chain, decode_runs, encode_chain, encode_runs
-from engine.pm.policy import Unit, make_policy
+from engine.pm.policy import make_policy
 from engine.pm.store import MemoryStore, PartialMatchStore, SpilledBatch
 
 if TYPE_CHECKING:
     from engine.matcher import Matcher
+
+Unit = tuple[int, Hashable]
+"""(plan index, partition key)."""
+
+CHAIN = -1
+"""The store's NFA-state column for a whole chain of chain-partitioned storage."""
 
 
 def encode_key(key: Hashable) -> str:
@@ -88,9 +96,9 @@ class PartialMatchBuffer:
         self.store: PartialMatchStore = store if store is not None else MemoryStore()
         self.query_id = query_id or matcher.query.name or "query"
         self.chain = matcher.storage == "chain"
-        self.spilled: dict[Unit, int] = {}
-        self.spilled_bytes: dict[Unit, int] = {}
-        self.spilled_units_per_key: dict[Hashable, int] = {}
+        # the index: unit -> {NFA state (or CHAIN): [partial matches, payload bytes]}
+        self.spilled: dict[Unit, dict[int, list[int]]] = {}
+        self.spilled_keys: dict[Hashable, int] = {}
         self.keys: dict[str, Hashable] = {}
         self.stats = {"spilled": 0, "reloaded": 0, "hits": 0, "misses": 0, "expired": 0, "pms_bytes": 0}
         plans = matcher.query.plans
@@ -106,104 +114,77 @@ class PartialMatchBuffer:
     # ------------------------------------------------------------------ hooks
 
     def before(self, key: Hashable, states: list[Any], e: Event) -> None:
-        """Make every unit that ``e`` can read resident: each reload is a miss, an event needing none a hit."""
-        if key not in self.spilled_units_per_key:
+        """Reload the spilled partial matches ``e`` can read (each reload a miss; none needed: a hit)."""
+        if key not in self.spilled_keys:
             self.stats["hits"] += 1
             return
-        misses = self.stats["misses"]
+        missed = False
         for p, (engine, st) in enumerate(zip(self.m.engines, states)):
+            spilled = self.spilled.get((p, key))
+            if spilled is None:
+                continue
             if self.chain:
-                unit = (p, key, -1)
-                if unit in self.spilled and e.type in engine.plan.slot_of_type:
-                    self._load(unit, st, e.ts)
+                needed = e.type in engine.plan.slot_of_type
             else:
-                for j in engine.visit.get(e.type, engine.default_visit):
-                    unit = (p, key, j)
-                    if unit in self.spilled:
-                        self._load(unit, st, e.ts)
-        if self.stats["misses"] == misses:
+                needed = any(j in spilled for j in engine.visit.get(e.type, engine.default_visit))
+            if needed:
+                self._load((p, key), st, e.ts)
+                missed = True
+        if not missed:
             self.stats["hits"] += 1
 
-    def after(self, key: Hashable, states: list[Any], e: Event) -> None:
-        """Record state updates for the policy (Procedure 1) and spill when over capacity.
+    def after(self, key: Hashable, states: list[Any], e: Event, completed: bool) -> None:
+        """Record the state update for the policy (Procedure 1) and spill when over capacity.
 
-        Until the buffer first fills, only STPM's statistics are kept (no priority records):
-        :meth:`_activate` then ranks every resident unit by its newest partial match.
+        ``completed``: ``e`` completed matches. Until the buffer first fills only STPM's
+        statistics are kept; :meth:`_activate` then ranks every resident key.
         """
-        t = e.ts
         etype = e.type
         for p, st in enumerate(states):
             slots = self.slot_of_type[p].get(etype)
             if not slots:
                 continue
             if self.learn:
-                self._learn(p, key, slots, t)
+                self._learn(p, key, slots, e.ts)
             if self.active:
-                self._touch(p, key, st, slots, e)
+                self._touch(p, key, st, slots, e, completed)
         if self.m.counters.live > self.capacity:
             if not self.active:
                 self._activate()
             self._spill()
 
-    def _touch(self, p: int, key: Hashable, st: Any, slots: tuple[int, ...], e: Event) -> None:
-        touch = self.policy.touch
-        t = e.ts
-        for j in slots:
-            if self.chain:
-                d = st.nodes[j]
-                if d and d[-1][0] is e:
-                    touch((p, key, -1), t, self.weight(p, j), _chain_created(st))
-            else:
-                bucket = st.by_slot[j]
-                if bucket:
-                    run = bucket[-1]
-                    bound = run[1][j]
-                    if (bound[-1] if self.kleene[p][j] else bound) is e:
-                        touch((p, key, j), t, self.weight(p, j), run[0])
-
-    def _activate(self) -> None:
-        """First fill: give every resident unit a priority record from its partial matches."""
-        self.active = True
-        touch = self.policy.touch
-        for key, states in self.m.states.items():
-            st: Any
-            for p, st in enumerate(states):
-                if self.chain:
-                    newest = max(((d[-1][0].ts, j) for j, d in enumerate(st.nodes) if d), default=None)
-                    if newest is not None:
-                        touch((p, key, -1), newest[0], self.weight(p, newest[1]), _chain_created(st))
-                else:
-                    for j, bucket in enumerate(st.by_slot):
-                        if bucket:
-                            bound = bucket[-1][1][j]
-                            last = bound[-1] if self.kleene[p][j] else bound
-                            touch((p, key, j), last.ts, self.weight(p, j), min(r[0] for r in bucket))
-
-    def forget_key(self, key: Hashable) -> None:
-        """The matcher dropped an idle key's state: forget its units and statistics."""
-        for p, kleene in enumerate(self.kleene):
-            self.last_seen[p].pop(key, None)
-            for j in (-1, *range(len(kleene))):
-                self.policy.forget((p, key, j))
-
     def expire(self, lower_ts: int) -> None:
         """Delete spilled batches whose partial matches all left the window."""
         for b in self.store.delete_expired(self.query_id, lower_ts):
-            unit = (b.plan, self.keys.get(b.key), b.slot)
-            self._forget_spilled(unit, b.count, b.nbytes)
+            unit = (b.plan, self.keys.get(b.key))
+            self._unindex(unit, b.slot, b.count, b.nbytes)
             self.stats["expired"] += b.count
 
     def discard_key(self, key: Hashable) -> None:
         """Drop every spilled partial match of ``key`` (strict contiguity: another key's event came)."""
         for unit in [u for u in self.spilled if u[1] == key]:
-            for b in self.store.take(self.query_id, unit[0], encode_key(key), unit[2]):
-                self._forget_spilled(unit, b.count, b.nbytes)
+            for slot in list(self.spilled.get(unit, {})):
+                for b in self.store.take(self.query_id, unit[0], encode_key(key), slot):
+                    self._unindex(unit, slot, b.count, b.nbytes)
+
+    def forget_key(self, key: Hashable) -> None:
+        """The matcher dropped an idle key's state: forget its priority and statistics."""
+        for p in range(len(self.kleene)):
+            self.last_seen[p].pop(key, None)
+            self.policy.forget((p, key))
 
     def has_spilled(self, key: Hashable) -> bool:
-        return key in self.spilled_units_per_key
+        return key in self.spilled_keys
 
     def spilled_count(self) -> int:
-        return sum(self.spilled.values())
+        return sum(v[0] for slots in self.spilled.values() for v in slots.values())
+
+    def clear(self) -> None:
+        """End of stream: empty the store and the index."""
+        self.store.clear(self.query_id)
+        self.spilled.clear()
+        self.spilled_keys.clear()
+        self.stats["pms_bytes"] = 0
 
     def weight(self, p: int, j: int) -> float:
         """``Δt_j · p(E_{j+1} | E_j)`` in microseconds (0 for the last state)."""
@@ -212,7 +193,50 @@ class PartialMatchBuffer:
             return 0.0
         return self.max_gap[p][j] * min(1.0, self.followed[p][j] / seen)
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ policy bookkeeping
+
+    def _touch(self, p: int, key: Hashable, st: Any, slots: tuple[int, ...], e: Event, completed: bool) -> None:
+        bound = None  # the highest NFA state e entered, and when its partial match began
+        for j in slots:  # descending
+            if self.chain:
+                d = st.nodes[j]
+                if d and d[-1][0] is e:
+                    bound = (j, d[-1][3])
+            else:
+                bucket = st.by_slot[j]
+                if bucket:
+                    run = bucket[-1]
+                    b = run[1][j]
+                    if (b[-1] if self.kleene[p][j] else b) is e:
+                        bound = (j, run[0])
+            if bound is not None:
+                break
+        if bound is None and completed:
+            bound = (len(self.kleene[p]) - 1, e.ts)
+        if bound is not None:
+            self.policy.touch((p, key), e.ts, self.weight(p, bound[0]), bound[1])
+
+    def _activate(self) -> None:
+        """First fill: rank every resident key by its newest partial match (TPM: its oldest)."""
+        self.active = True
+        for key, states in self.m.states.items():
+            st: Any
+            for p, st in enumerate(states):
+                newest = oldest = None
+                if self.chain:
+                    for j, d in enumerate(st.nodes):
+                        if d:
+                            newest = max(newest or (0, 0), (d[-1][0].ts, j))
+                            oldest = min(d[0][0].ts, oldest if oldest is not None else d[0][0].ts)
+                else:
+                    for j, bucket in enumerate(st.by_slot):
+                        if bucket:
+                            b = bucket[-1][1][j]
+                            newest = max(newest or (0, 0), ((b[-1] if self.kleene[p][j] else b).ts, j))
+                            first = min(r[0] for r in bucket)
+                            oldest = min(first, oldest if oldest is not None else first)
+                if newest is not None and oldest is not None:
+                    self.policy.touch((p, key), newest[0], self.weight(p, newest[1]), oldest)
 
     def _learn(self, p: int, key: Hashable, slots: tuple[int, ...], t: int) -> None:
         per_key = self.last_seen[p]
@@ -233,96 +257,107 @@ class PartialMatchBuffer:
             seen[j] += 1
             last[j] = t
 
+    # ------------------------------------------------------------------ spill and reload
+
     def _spill(self) -> None:
         # ΔR at a time; more when a reload overshot the capacity by more than that
         need = max(self.batch, self.m.counters.live - self.capacity)
         batches: list[SpilledBatch] = []
-        counters = self.m.counters
-        for unit in self.policy.victims():
-            p, key, slot = unit
+        for victim in self.policy.victims():
+            unit: Unit = victim  # type: ignore[assignment]
+            p, key = unit
             states = self.m.states.get(key)
             self.policy.forget(unit)
             if states is None:
                 continue
-            st: Any = states[p]
-            if self.chain:
-                nodes = [list(d) for d in st.nodes]
-                n = sum(len(d) for d in nodes)
-                if not n:
-                    continue
-                payload = encode_chain(nodes)
-                max_ts = max(node[0].ts for d in nodes for node in d)
-                for d in st.nodes:
-                    d.clear()
-            else:
-                runs = st.by_slot[slot]
-                n = len(runs)
-                if not n:
-                    continue
-                payload = encode_runs(runs, self.kleene[p])
-                max_ts = max(r[0] for r in runs)
-                st.by_slot[slot] = []
             ekey = encode_key(key)
             self.keys[ekey] = key
-            batches.append(SpilledBatch(self.query_id, p, ekey, slot, n, max_ts, payload))
-            if unit not in self.spilled:
-                self.spilled_units_per_key[key] = self.spilled_units_per_key.get(key, 0) + 1
-            self.spilled[unit] = self.spilled.get(unit, 0) + n
-            self.spilled_bytes[unit] = self.spilled_bytes.get(unit, 0) + len(payload)
-            self.stats["pms_bytes"] += len(payload)
-            self.stats["spilled"] += n
-            counters.live -= n
+            n = self._spill_unit(unit, states[p], ekey, batches)
             need -= n
             if need <= 0:
                 break
         if batches:
             self.store.write(batches)
 
+    def _spill_unit(self, unit: Unit, st: Any, ekey: str, out: list[SpilledBatch]) -> int:
+        p = unit[0]
+        parts: list[tuple[int, int, int, bytes]] = []  # (slot, count, max_ts, payload)
+        if self.chain:
+            nodes = [list(d) for d in st.nodes]
+            n = sum(len(d) for d in nodes)
+            if n:
+                max_ts = max(node[0].ts for d in nodes for node in d)
+                parts.append((CHAIN, n, max_ts, encode_chain(nodes)))
+                for d in st.nodes:
+                    d.clear()
+        else:
+            for j, runs in enumerate(st.by_slot):
+                if runs:
+                    parts.append((j, len(runs), max(r[0] for r in runs), encode_runs(runs, self.kleene[p])))
+                    st.by_slot[j] = []
+        total = 0
+        for slot, n, max_ts, payload in parts:
+            out.append(SpilledBatch(self.query_id, p, ekey, slot, n, max_ts, payload))
+            self._index(unit, slot, n, len(payload))
+            total += n
+        self.stats["spilled"] += total
+        self.m.counters.live -= total
+        return total
+
     def _load(self, unit: Unit, st: Any, now: int) -> None:
-        p, key, slot = unit
-        batches = self.store.take(self.query_id, p, encode_key(key), slot)
+        p, key = unit
+        ekey = encode_key(key)
         n = 0
-        for b in batches:
-            if self.chain:
-                for j, nodes in enumerate(decode_chain(b.payload, len(st.nodes))):
-                    st.nodes[j].extendleft(reversed(nodes))
-            else:
-                st.by_slot[slot] = decode_runs(b.payload, self.kleene[p]) + st.by_slot[slot]
-            n += b.count
+        for slot in list(self.spilled.get(unit, {})):
+            for b in self.store.take(self.query_id, p, ekey, slot):
+                if slot == CHAIN:
+                    for j, nodes in enumerate(decode_chain(b.payload, len(st.nodes))):
+                        st.nodes[j].extendleft(reversed(nodes))
+                else:
+                    st.by_slot[slot] = decode_runs(b.payload, self.kleene[p]) + st.by_slot[slot]
+                n += b.count
+                self._unindex(unit, slot, b.count, b.nbytes)
         self.stats["misses"] += 1
         self.stats["reloaded"] += n
-        self.stats["pms_bytes"] -= self.spilled_bytes.pop(unit, 0)
-        self._drop_unit(unit)
         counters = self.m.counters
         counters.live += n
         if counters.live > counters.peak_live:
             counters.peak_live = counters.live
-        if self.chain:
-            created = _chain_created(st)
-        else:
-            created = min(r[0] for r in st.by_slot[slot]) if st.by_slot[slot] else now
-        self.policy.touch(unit, now, self.weight(p, max(slot, 0)), created)
+        if self.active:
+            oldest = _oldest(st, self.chain)
+            self.policy.touch(unit, now, 0.0, oldest if oldest is not None else now)
 
-    def _forget_spilled(self, unit: Unit, count: int, nbytes: int) -> None:
-        left = self.spilled.get(unit, 0) - count
+    def _index(self, unit: Unit, slot: int, count: int, nbytes: int) -> None:
+        slots = self.spilled.get(unit)
+        if slots is None:
+            slots = self.spilled[unit] = {}
+            self.spilled_keys[unit[1]] = self.spilled_keys.get(unit[1], 0) + 1
+        entry = slots.setdefault(slot, [0, 0])
+        entry[0] += count
+        entry[1] += nbytes
+        self.stats["pms_bytes"] += nbytes
+
+    def _unindex(self, unit: Unit, slot: int, count: int, nbytes: int) -> None:
+        slots = self.spilled.get(unit)
+        if slots is None or slot not in slots:
+            return
+        entry = slots[slot]
+        entry[0] -= count
+        entry[1] -= nbytes
         self.stats["pms_bytes"] -= nbytes
-        if left > 0:
-            self.spilled[unit] = left
-            self.spilled_bytes[unit] = self.spilled_bytes.get(unit, 0) - nbytes
-        else:
-            self.spilled_bytes.pop(unit, None)
-            self._drop_unit(unit)
-
-    def _drop_unit(self, unit: Unit) -> None:
-        if self.spilled.pop(unit, None) is not None:
-            key = unit[1]
-            left = self.spilled_units_per_key[key] - 1
+        if entry[0] <= 0:
+            del slots[slot]
+        if not slots:
+            del self.spilled[unit]
+            left = self.spilled_keys[unit[1]] - 1
             if left:
-                self.spilled_units_per_key[key] = left
+                self.spilled_keys[unit[1]] = left
             else:
-                del self.spilled_units_per_key[key]
+                del self.spilled_keys[unit[1]]
 
 
-def _chain_created(st: Any) -> int:
-    """Creation time of a chain's oldest partial match: the ts of its oldest node's event."""
-    return min((d[0][0].ts for d in st.nodes if d), default=0)
+def _oldest(st: Any, chain: bool) -> int | None:
+    """Creation time of a key's oldest resident partial match (its first event's ts)."""
+    if chain:
+        return min((d[0][0].ts for d in st.nodes if d), default=None)
+    return min((r[0] for runs in st.by_slot for r in runs), default=None)

@@ -1,9 +1,8 @@
 """Which partial matches to spill first: TPM and STPM (001_e24f905c15fdf08b.txt, sections 5.1, 5.2).
 
-Both policies rank *units* of partial matches: a unit is what the index on (partition key,
-NFA state) addresses, ``(plan, key, slot)`` for run storage and ``(plan, key, -1)`` (the whole
-chain of a key) for chain-partitioned storage. The buffer asks for victims lowest priority
-first and spills whole units.
+Both policies rank *units* of partial matches, the paper's ``PM_e`` entity of one object:
+every partial match of one partition key (in one plan). The buffer asks for victims, lowest
+priority first, and spills whole units.
 
 - :class:`TPM` (temporal): units in order of creation of their oldest partial match (its
   first event's ts); the oldest is spilled first, however recently it was updated.
@@ -21,7 +20,8 @@ from typing import Protocol
 
 from sortedcontainers import SortedList
 
-Unit = tuple[int, Hashable, int]
+Unit = Hashable
+"""What the buffer spills as a whole: (plan, partition key) for :class:`engine.pm.buffer.PartialMatchBuffer`."""
 
 
 class SpillPolicy(Protocol):
