@@ -213,25 +213,30 @@ class Matcher:
 
     # ------------------------------------------------------------------ internals
 
-    def _check_late(self, e: Event) -> None:
-        reason = None
+    def check_late(self, event: Event) -> str | None:
+        """Why ``event`` would be rejected as late right now, or None; changes nothing, counts nothing."""
+        e = event
         if e.ts <= self.watermark:
-            reason = f"ts {e.ts} is at or before the watermark {self.watermark}"
-        elif self.max_seen is not None:
+            return f"late event {e.id} (type {e.type}): ts {e.ts} is at or before the watermark {self.watermark}"
+        if self.max_seen is not None:
             lateness = self.lateness.get(e.type, self.default_lateness)
             if e.ts < self.max_seen - lateness:
-                reason = (
-                    f"ts {e.ts} is more than the allowed lateness ({lateness} us) "
-                    f"behind the newest event ts {self.max_seen}"
+                return (
+                    f"late event {e.id} (type {e.type}): ts {e.ts} is more than the allowed lateness "
+                    f"({lateness} us) behind the newest event ts {self.max_seen}"
                 )
-            elif (e.ts, e.id) <= self.last_released:
-                reason = (
-                    f"(ts, id) = ({e.ts}, {e.id}) is not after the last processed event "
-                    f"{self.last_released}; equal timestamps must arrive in id order"
+            if (e.ts, e.id) <= self.last_released:
+                return (
+                    f"late event {e.id} (type {e.type}): (ts, id) = ({e.ts}, {e.id}) is not after the last "
+                    f"processed event {self.last_released}; equal timestamps must arrive in id order"
                 )
+        return None
+
+    def _check_late(self, e: Event) -> None:
+        reason = self.check_late(e)
         if reason is not None:
             self.counters.late += 1
-            raise LateEventError(e, f"late event {e.id} (type {e.type}): {reason}")
+            raise LateEventError(e, reason)
 
     def _finish(self, out: list[Match]) -> list[Match]:
         if len(self.engines) > 1 and len(out) > 1:

@@ -131,3 +131,16 @@ def test_out_of_order_trailing_negation_within_lateness():
     q = "PATTERN SEQ(A a, B b, !N n) WITHIN 10 s"
     # n3 arrives after b4 but is within the lateness: it negates (a1, b2) only
     assert found(q, "a1@0 b2@1 b4@3 n3@2", lateness=5 * S) == expected("a=1 b=4")
+
+
+def test_check_late_reports_without_counting_or_processing():
+    from engine.compiler import compile_query
+    from engine.events import Event
+    from engine.matcher import Matcher
+
+    m = Matcher(compile_query("PATTERN SEQ(A a, B b)"))
+    m.push(Event(2, "A", 2_000_000))
+    assert m.check_late(Event(3, "B", 3_000_000)) is None
+    reason = m.check_late(Event(1, "B", 1_000_000))
+    assert reason is not None and "allowed lateness" in reason
+    assert m.stats()["late"] == 0 and m.stats()["events"] == 1
