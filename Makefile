@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS  ?= --n 100000
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo bench lint check-java clean
+.PHONY: help venv test test-fast demo serve bench bench-service lint check-java clean
 
 help:  ## list the targets
 	@echo "LACE make targets:"
@@ -35,6 +35,12 @@ test-fast: venv  ## run the tests not marked slow
 
 demo: venv  ## run the main job (lace demo)
 	$(LACE_VENV)/bin/lace demo
+
+serve: venv  ## run the REST service (lace serve; settings from LACE_* variables)
+	$(LACE_VENV)/bin/lace serve
+
+bench-service: venv  ## service benchmark: ingest events/s and ingest-to-webhook latency
+	$(PY) -m bench.service
 
 bench: venv  ## run the benchmarks (BENCH_ARGS=... to change the stream)
 ifneq ($(wildcard bench/run.py),)

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from enum import StrEnum
@@ -19,6 +20,7 @@ from typing import Annotated, Any, NoReturn, TextIO
 
 import typer
 
+from archive.cli import archive_app
 from engine.events import MICROS_PER_S
 from engine.io import EventFileError, iter_event_rows, match_line
 
@@ -65,6 +67,22 @@ class PmPolicy(StrEnum):
 
     stpm = "stpm"
     tpm = "tpm"
+
+
+class Algorithm(StrEnum):
+    """Live-and-archived algorithms (DESIGN.md section 7)."""
+
+    alaa = "alaa"
+    llaa = "llaa"
+    ollaa = "ollaa"
+    sllaa = "sllaa"
+
+
+class Backend(StrEnum):
+    """Where ``lace replay`` archives the stream: in memory, or in Delta read through Spark."""
+
+    memory = "memory"
+    spark = "spark"
 
 
 class Scope(StrEnum):
@@ -301,6 +319,7 @@ db_app = typer.Typer(help="The service database.", no_args_is_help=True)
 keys_app = typer.Typer(help="API keys.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(keys_app, name="keys")
+app.add_typer(archive_app, name="archive")
 
 
 def _settings() -> Any:
@@ -373,10 +392,86 @@ def keys_list() -> None:
         engine.dispose()
 
 
-@app.command(context_settings=_STUB)
-def replay() -> None:
-    """Replay an event file as a live stream against a growing archive (not implemented yet)."""
-    _not_implemented("replay")
+@app.command()
+def replay(
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file (live-and-archived or live-only).")],
+    events: Annotated[Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...) or JSONL.")],
+    archive: Annotated[Path, typer.Option("--archive", "-a", help="Archive directory (new or empty; spark backend).")],
+    algorithm: Annotated[Algorithm, typer.Option(help="Live-and-archived algorithm.")] = Algorithm.sllaa,
+    tolerance: Annotated[
+        str, typer.Option(help="Tolerated delay T_L (SLLAA subwindows, OLLAA archive refresh), e.g. '1 min'.")
+    ] = "1 min",
+    max_batch: Annotated[int, typer.Option(help="SLLAA: at most N live instances per subwindow.", min=1)] = 1000,
+    pm_capacity: Annotated[
+        int | None, typer.Option(help="Keep at most N partial matches in memory; spill the rest.", min=1)
+    ] = None,
+    pm_policy: Annotated[PmPolicy, typer.Option(help="Which partial matches to spill first.")] = PmPolicy.stpm,
+    pm_store: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
+    ] = None,
+    backend: Annotated[Backend, typer.Option(help="memory, or spark: Delta at --archive, read through Spark.")] = (
+        Backend.spark
+    ),
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write results here (JSONL); default stdout.")] = None,
+    stats: Annotated[Path | None, typer.Option("--stats", help="Write the counters here (JSON).")] = None,
+    ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
+        TsUnitChoice.auto
+    ),
+) -> None:
+    """Play an event file as a live stream, archiving it as it passes, and run a live-and-archived query."""
+    text = _read_text(query)
+    if not events.is_file():
+        fail(f"{events}: no such file")
+    try:
+        tolerance_us = parse_duration_us(tolerance)
+    except ValueError as e:
+        fail(f"--tolerance: {e}")
+    if backend is Backend.spark and shutil.which("java") is None:
+        fail("the spark backend needs Java 17 on PATH (or use --backend memory)")
+
+    from engine.lql.errors import QueryError
+    from engine.lql.parser import parse
+    from service.pm_store import open_pm_store
+    from service.replay import ReplayError, ReplayOptions, run_replay
+
+    try:
+        parse(text)
+    except QueryError as e:
+        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    try:
+        rows = [event for _, event in iter_event_rows(events, ts_unit=ts_unit.value)]
+    except EventFileError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{events}: {e.strerror or e}")
+    sink = _open_out(out)
+    with open_pm_store((pm_store or "") if pm_capacity is not None else None, fail) as store:
+        options = ReplayOptions(
+            algorithm=algorithm.value,
+            tolerance_us=tolerance_us,
+            max_batch=max_batch,
+            pm_capacity=pm_capacity,
+            pm_policy=pm_policy.value,
+            pm_store=store,
+            backend=backend.value,
+            archive_dir=archive,
+        )
+        try:
+            counters = run_replay(text, rows, options, lambda m: sink.write(match_line(m) + "\n"))
+            sink.flush()
+        except (QueryError, ReplayError) as e:
+            fail(str(e) if isinstance(e, ReplayError) else f"{query}:{e.line}:{e.column}: {e.reason}")
+        except BrokenPipeError:
+            _silence_stdout()
+            raise typer.Exit(0) from None
+        finally:
+            if sink is not sys.stdout:
+                sink.close()
+    if stats is not None:
+        try:
+            stats.write_text(json.dumps(counters, indent=1, default=str) + "\n", encoding="utf-8")
+        except OSError as e:
+            fail(f"{stats}: {e.strerror or e}")
 
 
 @app.command(context_settings=_STUB)

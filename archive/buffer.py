@@ -1,0 +1,157 @@
+"""The recent buffer: R_Buffer of 001 section 3.3.
+
+Ingested events are appended here (after the WAL) and stay until their Delta commit.
+The buffer feeds the live matcher, answers the unflushed part of archive requests
+(by type, keys and time ranges, and by event id), and is flushed to the archive in
+batches. Appends and reads are serialized by one lock (001: "concurrent reads and
+writes of the archived stream are controlled by a semaphore").
+
+Events are kept as the record-shaped Arrow chunks the WAL wrote, tagged with their WAL
+seq, so a flush takes a consistent prefix and drops exactly what it committed.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from archive.ranges import Request, in_ranges
+from archive.schema import EventType, conform, output_schema, output_to_events, record_to_output
+from engine.events import Event
+
+
+@dataclass(slots=True)
+class _Chunk:
+    seq: int
+    table: pa.Table
+    added_s: float
+
+
+class RecentBuffer:
+    """In-memory unflushed events of every type, queryable by type, keys and ranges."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._chunks: dict[str, list[_Chunk]] = {}
+        self._types: dict[str, EventType] = {}
+        self._rows = 0
+
+    # ------------------------------------------------------------------ writing
+
+    def add(self, etype: EventType, seq: int, table: pa.Table, *, now_s: float | None = None) -> None:
+        """Append one WAL record's events (record-shaped) of ``etype``."""
+        added = time.monotonic() if now_s is None else now_s
+        with self._lock:
+            self._types[etype.name] = etype
+            self._chunks.setdefault(etype.name, []).append(_Chunk(seq, table, added))
+            self._rows += table.num_rows
+
+    def set_type(self, etype: EventType) -> None:
+        """Record an evolved schema: older chunks are read with its new columns as nulls."""
+        with self._lock:
+            self._types[etype.name] = etype
+
+    def take(self) -> tuple[int, dict[str, list[pa.Table]]]:
+        """A consistent prefix to flush: the highest seq in the buffer and every chunk, per type."""
+        with self._lock:
+            top = max((c.seq for cs in self._chunks.values() for c in cs), default=0)
+            return top, {t: [c.table for c in cs] for t, cs in self._chunks.items() if cs}
+
+    def drop_through(self, seq: int, *, types: Iterable[str] | None = None) -> int:
+        """Forget the chunks with WAL seq <= ``seq`` (of ``types``, default all): they are committed."""
+        dropped = 0
+        with self._lock:
+            for name in list(self._chunks) if types is None else types:
+                kept = [c for c in self._chunks.get(name, []) if c.seq > seq]
+                dropped += sum(c.table.num_rows for c in self._chunks.get(name, []) if c.seq <= seq)
+                self._chunks[name] = kept
+            self._rows -= dropped
+        return dropped
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def rows(self) -> int:
+        """Events in the buffer."""
+        return self._rows
+
+    def oldest_s(self) -> float | None:
+        """``time.monotonic()`` when the oldest buffered chunk arrived (None when empty)."""
+        with self._lock:
+            return min((cs[0].added_s for cs in self._chunks.values() if cs), default=None)
+
+    def types(self) -> dict[str, EventType]:
+        with self._lock:
+            return dict(self._types)
+
+    def _record(self, name: str) -> tuple[EventType, pa.Table] | None:
+        with self._lock:
+            etype = self._types.get(name)
+            chunks = [c.table for c in self._chunks.get(name, [])]
+        if etype is None or not chunks:
+            return None
+        schema = etype.record_schema()
+        return etype, pa.concat_tables([conform(t, schema) for t in chunks])
+
+    def query(self, types: Iterable[str], request: Request | None = None) -> pa.Table:
+        """Buffered events of ``types`` matching ``request`` (see :mod:`archive.ranges`; None: all).
+
+        Returns
+        -------
+        pyarrow.Table
+            Output-shaped (:func:`archive.schema.output_schema`) over the types found, in
+            (ts, id) order.
+        """
+        parts = []
+        for name in dict.fromkeys(types):
+            got = self._record(name)
+            if got is None:
+                continue
+            etype, table = got
+            if request is not None:
+                table = table.filter(pa.array(_mask(etype, table, request)))
+            parts.append(record_to_output(etype, table))
+        if not parts:
+            return output_schema([]).empty_table()
+        known = self.types()
+        schema = output_schema([known[n] for n in dict.fromkeys(types) if n in known])
+        table = pa.concat_tables([conform(p, schema) for p in parts])
+        return table.sort_by([("ts", "ascending"), ("id", "ascending")])
+
+    def events(self, types: Iterable[str] | None = None, request: Request | None = None) -> list[Event]:
+        """Buffered events as :class:`engine.events.Event`, in (ts, id) order (for the live matcher)."""
+        return output_to_events(self.query(self.types() if types is None else types, request))
+
+    def get(self, event_id: int, *, types: Iterable[str] | None = None) -> Event | None:
+        """The buffered event with id ``event_id`` (None when not buffered)."""
+        for name in self.types() if types is None else types:
+            got = self._record(name)
+            if got is None:
+                continue
+            etype, table = got
+            hit = table.filter(pc.equal(table.column("id"), event_id))
+            if hit.num_rows:
+                return output_to_events(record_to_output(etype, hit.slice(0, 1)))[0]
+        return None
+
+
+def _mask(etype: EventType, table: pa.Table, request: Mapping[Hashable, list[tuple[int, int]]]) -> np.ndarray:
+    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    if None in request:
+        return in_ranges(ts, request[None])
+    if etype.key is None:
+        raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
+    keys = table.column(etype.key)
+    out = np.zeros(table.num_rows, dtype=bool)
+    value_set = pa.array(list(request), type=keys.type)
+    slot = pc.fill_null(pc.index_in(keys, value_set=value_set), -1).to_numpy()
+    for i, key in enumerate(request):
+        rows = np.flatnonzero(slot == i)
+        if rows.size:
+            out[rows] = in_ranges(ts[rows], request[key])
+    return out

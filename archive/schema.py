@@ -1,0 +1,295 @@
+"""Event type schemas and their Arrow / Delta forms (DESIGN.md sections 3 and 8).
+
+Three Arrow shapes of the events of one type:
+
+* **record** (WAL and recent buffer): ``id`` int64, ``ts`` timestamp[us, UTC], the
+  attributes, ``ingested_at`` timestamp[us, UTC];
+* **table** (the Delta table): the record columns plus ``date``, the UTC date of ``ts``
+  as ``YYYY-MM-DD`` (the partition column);
+* **output** (what the extractor returns): ``id`` int64, ``type`` string, ``ts`` int64
+  microseconds UTC, the attributes with timestamps as int64 microseconds, like
+  :class:`engine.events.Event`.
+
+``ts`` is written tz-aware (UTC): a tz-less Arrow timestamp would become a Delta
+``timestamp_ntz`` column, a table feature that needs reader version 3.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast, get_args
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.events import Event
+
+AttrType = Literal["string", "int", "float", "bool", "timestamp"]
+ATTR_TYPES: tuple[str, ...] = get_args(AttrType)
+TS_TYPE = pa.timestamp("us", tz="UTC")
+ARROW_TYPES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "bool": pa.bool_(),
+    "timestamp": TS_TYPE,
+}
+RESERVED = frozenset({"id", "ts", "type", "date", "ingested_at"})
+US_PER_DAY = 86_400_000_000
+_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+CATALOG_FILE = "_lace/types.json"
+
+
+class SchemaError(ValueError):
+    """An invalid event type, an incompatible schema change, or events that do not fit their type."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventType:
+    """A registered event type (a stream): its attributes and its partition key.
+
+    Parameters
+    ----------
+    name : str
+        Type name; also the name of its Delta table directory under the archive root.
+    attributes : Mapping[str, AttrType]
+        Attribute name -> ``string | int | float | bool | timestamp`` (timestamps are int
+        microseconds UTC in events), in column order.
+    key : str, optional
+        The attribute archive requests select by (e.g. a sensor id); None: requests on
+        this type select by time only.
+
+    Examples
+    --------
+    >>> t = EventType("traffic", {"key": "string", "speed": "int"}, key="key")
+    >>> t.record_schema().names
+    ['id', 'ts', 'key', 'speed', 'ingested_at']
+    >>> t.evolve(EventType("traffic", {"status": "string"})).attributes
+    {'key': 'string', 'speed': 'int', 'status': 'string'}
+    """
+
+    name: str
+    attributes: Mapping[str, AttrType] = field(default_factory=dict)
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise SchemaError(f"event type name {self.name!r} must match {_NAME_RE.pattern}")
+        object.__setattr__(self, "attributes", dict(self.attributes))
+        for attr, kind in self.attributes.items():
+            if attr in RESERVED:
+                reserved = ", ".join(sorted(RESERVED))
+                raise SchemaError(f"type {self.name}: attribute name {attr!r} is reserved ({reserved})")
+            if not _NAME_RE.match(attr):
+                raise SchemaError(f"type {self.name}: attribute name {attr!r} must match {_NAME_RE.pattern}")
+            if kind not in ATTR_TYPES:
+                raise SchemaError(f"type {self.name}: attribute {attr!r} has unknown type {kind!r}")
+        if self.key is not None and self.key not in self.attributes:
+            raise SchemaError(f"type {self.name}: key {self.key!r} is not an attribute")
+
+    def evolve(self, newer: EventType) -> EventType:
+        """This type with the new attributes of ``newer`` appended (schema evolution).
+
+        Raises
+        ------
+        SchemaError
+            When ``newer`` changes the type of an existing attribute or the key.
+        """
+        if newer.name != self.name:
+            raise SchemaError(f"cannot evolve type {self.name} with type {newer.name}")
+        if newer.key is not None and self.key is not None and newer.key != self.key:
+            raise SchemaError(f"type {self.name}: key is {self.key!r}, cannot change it to {newer.key!r}")
+        merged = dict(self.attributes)
+        for attr, kind in newer.attributes.items():
+            if attr in merged and merged[attr] != kind:
+                raise SchemaError(f"type {self.name}: attribute {attr!r} is {merged[attr]}, cannot change it to {kind}")
+            merged[attr] = kind
+        return EventType(self.name, merged, self.key if self.key is not None else newer.key)
+
+    def record_schema(self) -> pa.Schema:
+        """WAL / recent-buffer schema: ``id``, ``ts``, attributes, ``ingested_at``."""
+        cols = [pa.field("id", pa.int64(), nullable=False), pa.field("ts", TS_TYPE, nullable=False)]
+        cols += [pa.field(a, ARROW_TYPES[k]) for a, k in self.attributes.items()]
+        cols.append(pa.field("ingested_at", TS_TYPE, nullable=False))
+        return pa.schema(cols)
+
+    def table_schema(self) -> pa.Schema:
+        """Delta table schema: the record schema plus the ``date`` partition column."""
+        return self.record_schema().append(pa.field("date", pa.string(), nullable=False))
+
+    def output_schema(self) -> pa.Schema:
+        """Extractor output: ``id``, ``type``, ``ts`` (int64 us), attributes (timestamps as int64 us)."""
+        return output_schema([self])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attributes": dict(self.attributes), "key": self.key}
+
+
+def output_schema(types: Sequence[EventType]) -> pa.Schema:
+    """The extractor's output schema over several types: the union of their attributes.
+
+    Raises
+    ------
+    SchemaError
+        When two types give one attribute name different types.
+    """
+    attrs: dict[str, str] = {}
+    for t in types:
+        for a, k in t.attributes.items():
+            if attrs.setdefault(a, k) != k:
+                raise SchemaError(f"attribute {a!r} is {attrs[a]} in one type and {k} in {t.name}: extract them apart")
+    cols = [pa.field("id", pa.int64()), pa.field("type", pa.string()), pa.field("ts", pa.int64())]
+    cols += [pa.field(a, pa.int64() if k == "timestamp" else ARROW_TYPES[k]) for a, k in attrs.items()]
+    return pa.schema(cols)
+
+
+def events_to_record(etype: EventType, events: Sequence[Event], *, ingested_at_us: int) -> pa.Table:
+    """Events of ``etype`` -> a record-shaped Arrow table (column by column: no per-row dicts).
+
+    Parameters
+    ----------
+    ingested_at_us : int
+        Wall-clock ingest time, int microseconds UTC, stored with every event.
+
+    Raises
+    ------
+    SchemaError
+        For an event of another type, an attribute the type lacks, or a mistyped value.
+    """
+    known = etype.attributes
+    for e in events:
+        if e.type != etype.name:
+            raise SchemaError(f"event {e.id} has type {e.type!r}, not {etype.name!r}")
+        if not known.keys() >= e.attrs.keys():
+            extra = sorted(set(e.attrs) - set(known))
+            raise SchemaError(
+                f"event {e.id} ({etype.name}): unknown attribute(s) {', '.join(extra)}; register them first"
+            )
+    schema = etype.record_schema()
+    try:
+        cols = [
+            pa.array([e.id for e in events], pa.int64()),
+            pa.array([e.ts for e in events], pa.int64()).cast(TS_TYPE),
+        ]
+        for attr, kind in known.items():
+            values = [e.attrs.get(attr) for e in events]
+            if kind == "timestamp":
+                cols.append(pa.array(values, pa.int64()).cast(TS_TYPE))
+            else:
+                cols.append(pa.array(values, ARROW_TYPES[kind]))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
+        raise SchemaError(f"events of type {etype.name} do not fit its schema: {exc}") from exc
+    cols.append(pa.array([ingested_at_us] * len(events), pa.int64()).cast(TS_TYPE))
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def normalize_record(etype: EventType, table: pa.Table, *, ingested_at_us: int) -> pa.Table:
+    """A caller's Arrow table -> record shape: ``ts`` (and timestamp attributes) may be int64 microseconds.
+
+    Missing attributes become nulls; ``ingested_at`` is added when absent.
+
+    Raises
+    ------
+    SchemaError
+        For a missing ``id``/``ts``, an unknown column, or a value that cannot be cast.
+    """
+    names = set(table.column_names)
+    for required in ("id", "ts"):
+        if required not in names:
+            raise SchemaError(f"type {etype.name}: column {required!r} is required")
+    extra = names - set(etype.attributes) - {"id", "ts", "ingested_at"}
+    if extra:
+        raise SchemaError(f"type {etype.name}: unknown column(s) {', '.join(sorted(extra))}; register them first")
+    n = table.num_rows
+    if "ingested_at" not in names:
+        table = table.append_column("ingested_at", pa.array([ingested_at_us] * n, pa.int64()).cast(TS_TYPE))
+    try:
+        return conform(table, etype.record_schema())
+    except SchemaError as exc:
+        raise SchemaError(f"type {etype.name}: {exc}") from exc
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with ``schema``'s columns in its order: missing columns are nulls, values are cast.
+
+    Used to replay WAL records written before a schema evolution.
+    """
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            col = table.column(f.name)
+            try:
+                if pa.types.is_timestamp(f.type) and pa.types.is_integer(col.type):
+                    col = col.cast(pa.int64()).cast(f.type)
+                elif col.type != f.type:
+                    col = col.cast(f.type)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise SchemaError(f"column {f.name!r}: cannot cast {col.type} to {f.type}: {exc}") from exc
+            cols.append(col)
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=schema.remove_metadata())
+
+
+def with_date(table: pa.Table) -> pa.Table:
+    """Append the ``date`` partition column: the UTC date of ``ts`` as ``YYYY-MM-DD``."""
+    us = table.column("ts").cast(pa.int64())
+    days = pc.floor(pc.divide(us.cast(pa.float64()), float(US_PER_DAY))).cast(pa.int32())
+    return table.append_column("date", days.cast(pa.date32()).cast(pa.string()))
+
+
+def record_to_output(etype: EventType, table: pa.Table) -> pa.Table:
+    """A record-shaped table -> output shape (see the module docstring)."""
+    n = table.num_rows
+    cols = [table.column("id"), pa.array([etype.name] * n, pa.string()), table.column("ts").cast(pa.int64())]
+    for attr, kind in etype.attributes.items():
+        col = table.column(attr) if attr in table.column_names else pa.nulls(n, ARROW_TYPES[kind])
+        cols.append(col.cast(pa.int64()) if kind == "timestamp" else col)
+    return pa.Table.from_arrays(cols, schema=etype.output_schema())
+
+
+def output_to_events(table: pa.Table) -> list[Event]:
+    """Output-shaped rows -> :class:`engine.events.Event` objects (null attributes left out)."""
+    cols = table.to_pydict()
+    attrs = [c for c in table.column_names if c not in ("id", "type", "ts")]
+    out = []
+    for i in range(table.num_rows):
+        values = {a: cols[a][i] for a in attrs if cols[a][i] is not None}
+        out.append(Event(cols["id"][i], cols["type"][i], cols["ts"][i], values))
+    return out
+
+
+def load_catalog(root: str | Path) -> dict[str, EventType]:
+    """The event types registered under an archive root (empty when none)."""
+    path = Path(root) / CATALOG_FILE
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return {
+        name: EventType(name, cast(dict[str, AttrType], spec["attributes"]), spec.get("key"))
+        for name, spec in data.items()
+    }
+
+
+def save_catalog(root: str | Path, types: Mapping[str, EventType]) -> None:
+    """Write the catalog atomically (temp file, fsync, rename)."""
+    path = Path(root) / CATALOG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({n: t.to_json() for n, t in sorted(types.items())}, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def merge_types(known: Mapping[str, EventType], new: Iterable[EventType]) -> dict[str, EventType]:
+    """``known`` with each of ``new`` registered or evolved into it."""
+    out = dict(known)
+    for t in new:
+        out[t.name] = out[t.name].evolve(t) if t.name in out else t
+    return out

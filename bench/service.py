@@ -1,0 +1,223 @@
+"""Service benchmark: ingest throughput and ingest-to-webhook latency of ``lace serve``.
+
+Starts ``lace serve`` in a subprocess (embedded defaults: SQLite, local Delta archive with
+its WAL fsync'd per request), registers one event type, one live query and one webhook
+pointing at a receiver in this process (uvicorn in a thread), then, from this process:
+
+1. **throughput**: ``--events`` events as NDJSON batches of ``--batch``, back to back over
+   one keep-alive connection; sustained events/s = events / wall time.
+2. **latency**: ``--rate`` events/s for ``--seconds`` (one batch every batch/rate seconds);
+   for every alert, delivery time at the receiver minus the time the batch holding its
+   last event was posted. p50/p99/max in milliseconds.
+
+The query (``partition_contiguity``: one partial match per symbol) finds a spike: a price
+more than 5x the previous one of the same symbol; one event in ~1,000 is a spike.
+
+    python -m bench.service                      # 200k events, then 5k ev/s for 30 s
+    python -m bench.service --events 50000 --seconds 10 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.service.conftest import Receiver, free_port
+
+QUERY = """NAME spike
+PATTERN SEQ(Tick a, Tick b)
+WHERE b.price > a.price * 5
+PARTITION BY sym
+STRATEGY partition_contiguity
+RETURN a.sym AS sym, a.price AS before, b.price AS after"""
+SYMBOLS = 100
+REPO = Path(__file__).resolve().parents[1]
+
+
+class Stream:
+    """Deterministic events with producer ids (so alerts map back to their batch)."""
+
+    def __init__(self, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.next_id = 1
+        self.ts_ms = int(time.time() * 1000)
+
+    def batch(self, n: int) -> tuple[bytes, int, int]:
+        """NDJSON bytes of ``n`` events and their first and last ids."""
+        lines = []
+        first = self.next_id
+        for _ in range(n):
+            price = 1000.0 if self.rng.random() < 0.001 else round(self.rng.uniform(50, 150), 2)
+            sym = f"S{self.rng.randrange(SYMBOLS)}"
+            lines.append(
+                orjson.dumps({"id": self.next_id, "type": "Tick", "ts": self.ts_ms, "sym": sym, "price": price})
+            )
+            self.next_id += 1
+            self.ts_ms += 1
+        return b"\n".join(lines), first, self.next_id - 1
+
+
+def start_service(tmp: Path, port: int, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LACE_")}
+    env.update(extra_env or {})
+    env.update(
+        LACE_DATA_DIR=str(tmp),
+        LACE_PORT=str(port),
+        LACE_ACCESS_LOG="false",
+        LACE_LOG_LEVEL="warning",
+        LACE_SECRET_KEY="bench-" + "k" * 40,
+        LACE_WEBHOOK_POLL_S="0.5",
+    )
+    key = subprocess.run(
+        [sys.executable, "-m", "service.cli", "keys", "create", "-s", "admin", "-s", "ingest", "-s", "read"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve"],
+        env=env,
+        cwd=REPO,
+        stdout=open(tmp / "serve.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
+    for _ in range(600):
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc, key
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError((tmp / "serve.log").read_text())
+
+
+def throughput(c: httpx.Client, stream: Stream, events: int, batch: int) -> dict[str, Any]:
+    bodies = [stream.batch(batch)[0] for _ in range(events // batch)]  # built before timing
+    start = time.perf_counter()
+    for body in bodies:
+        r = c.post("/events", content=body, headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 200 and r.json()["accepted"] == batch, r.text[:300]
+    wall = time.perf_counter() - start
+    return {"events": len(bodies) * batch, "wall_s": round(wall, 3), "events_per_s": round(len(bodies) * batch / wall)}
+
+
+def latency(c: httpx.Client, rx: Receiver, stream: Stream, rate: int, seconds: float, batch: int) -> dict[str, Any]:
+    n_batches = int(rate * seconds / batch)
+    period = batch / rate
+    sent: list[tuple[int, int, float]] = []  # (first id, last id, wall time posted)
+    bodies = [stream.batch(batch) for _ in range(n_batches)]
+    lag = []
+    start = time.perf_counter()
+    for i, (body, first, last) in enumerate(bodies):
+        due = start + i * period
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        lag.append(time.perf_counter() - due)
+        posted = time.time()
+        r = c.post("/events", content=body, headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 200, r.text[:300]
+        sent.append((first, last, posted))
+    deadline = time.time() + 30
+    expected = None
+    while time.time() < deadline:
+        q = c.get("/queries").json()[0]
+        expected = q["stats"]["matches"] if q["stats"] else None
+        if expected is not None and len(rx.ok()) >= expected:
+            break
+        time.sleep(0.2)
+    lat_ms = []
+    for rec in rx.ok():
+        end_id = json.loads(rec["body"])["events"]["b"][0]
+        for first, last, posted in sent:
+            if first <= end_id <= last:
+                lat_ms.append((rec["at"] - posted) * 1000)
+                break
+    lat_ms.sort()
+
+    def pct(p: float) -> float:
+        return round(lat_ms[min(len(lat_ms) - 1, int(p * len(lat_ms)))], 1) if lat_ms else float("nan")
+
+    return {
+        "rate_events_per_s": rate,
+        "seconds": seconds,
+        "alerts": len(lat_ms),
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "max_ms": round(lat_ms[-1], 1) if lat_ms else None,
+        "client_behind_schedule_max_ms": round(max(lag) * 1000, 1) if lag else 0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=200_000, help="events in the throughput run")
+    ap.add_argument("--batch", type=int, default=1_000)
+    ap.add_argument("--rate", type=int, default=5_000, help="events/s in the latency run")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of the latency run")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--service-env", action="append", default=[], metavar="LACE_X=V", help="extra service setting")
+    args = ap.parse_args(argv)
+    rx = Receiver()
+    rx.start()
+    with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
+        port = free_port()
+        proc, key = start_service(Path(d), port, dict(kv.split("=", 1) for kv in args.service_env))
+        try:
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=60
+            ) as c:
+                c.post(
+                    "/event-types",
+                    json={"name": "Tick", "attributes": {"sym": "string", "price": "float"}, "partition_key": "sym"},
+                ).raise_for_status()
+                qid = c.post("/queries", json={"text": QUERY}).json()["id"]
+                c.post("/webhooks", json={"query_id": qid, "url": rx.url}).raise_for_status()
+                stream = Stream()
+                c.post("/events", content=stream.batch(args.batch)[0], headers={"content-type": "application/x-ndjson"})
+                tp = throughput(c, stream, args.events, args.batch)
+                print(json.dumps({"throughput": tp}), flush=True)
+                time.sleep(6)  # let the archive flush the throughput run and its deliveries drain
+                rx.received.clear()
+                lt = latency(c, rx, stream, args.rate, args.seconds, args.batch)
+                print(json.dumps({"latency": lt}), flush=True)
+                metrics = c.get("/metrics").text
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+            rx.stop()
+    result = {
+        "throughput": tp,
+        "latency": lt,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+        "archive": "on (WAL fsync per request, Delta flush every 50k events or 5 s)",
+        "database": "SQLite (WAL, synchronous=FULL)",
+        "delivered_total": next(
+            (ln.split()[1] for ln in metrics.splitlines() if ln.startswith("lace_alerts_delivered_total")), "?"
+        ),
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print(f"| sustained ingest | {tp['events_per_s']:,} events/s ({tp['events']:,} events, batches of {args.batch}) |")
+    print(
+        f"| ingest -> webhook at {args.rate:,} ev/s | p50 {lt['p50_ms']} ms, p99 {lt['p99_ms']} ms, "
+        f"max {lt['max_ms']} ms ({lt['alerts']} alerts) |"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

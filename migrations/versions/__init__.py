@@ -1,0 +1,1 @@
+"""Alembic revisions (files named <rev>_<slug>.py)."""

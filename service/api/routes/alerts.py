@@ -1,0 +1,75 @@
+"""Alerts: ``GET /alerts`` (filter by query and match time, cursor paging) and ``GET /alerts/{id}``."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from sqlalchemy import select
+
+from service.api.deps import ReadKey, SessionDep
+from service.core.errors import ApiError
+from service.db.models import AlertRow
+from service.schemas.alerts import AlertPage, AlertPublic
+from service.schemas.common import ERRORS, Id, decode_cursor, encode_cursor, iso, parse_wire_ts
+
+router = APIRouter(prefix="/alerts", tags=["alerts"], responses=ERRORS)  # type: ignore[arg-type]
+
+TsParam = Annotated[str | None, Query(max_length=64, description="ISO-8601 with offset, or epoch milliseconds")]
+
+
+def public(row: AlertRow) -> AlertPublic:
+    return AlertPublic(
+        id=row.id,
+        query_id=row.query_id,
+        events=row.events,
+        start=iso(row.start_us),
+        end=iso(row.end_us),
+        fields=row.fields,
+        detected_at=iso(row.created_at_us),
+    )
+
+
+def _ts(value: str | None, name: str) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_wire_ts(value)
+    except ValueError as e:
+        raise ApiError(422, str(e), f"query.{name}") from None
+
+
+@router.get("", summary="List alerts, oldest first")
+def list_alerts(
+    session: SessionDep,
+    _: ReadKey,
+    query_id: Annotated[Id | None, Query(description="only this query's alerts")] = None,
+    since: Annotated[TsParam, Query(description="match end >= since")] = None,
+    until: Annotated[TsParam, Query(description="match end < until")] = None,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> AlertPage:
+    stmt = select(AlertRow).order_by(AlertRow.id).limit(limit + 1)
+    if query_id is not None:
+        stmt = stmt.where(AlertRow.query_id == query_id)
+    lo, hi = _ts(since, "since"), _ts(until, "until")
+    if lo is not None:
+        stmt = stmt.where(AlertRow.end_us >= lo)
+    if hi is not None:
+        stmt = stmt.where(AlertRow.end_us < hi)
+    if cursor is not None:
+        try:
+            stmt = stmt.where(AlertRow.id > decode_cursor(cursor))
+        except ValueError as e:
+            raise ApiError(422, str(e), "query.cursor") from None
+    rows = list(session.scalars(stmt))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return AlertPage(items=[public(r) for r in rows], next_cursor=encode_cursor(rows[-1].id) if more else None)
+
+
+@router.get("/{id}", summary="Get an alert")
+def get_alert(id: Id, session: SessionDep, _: ReadKey) -> AlertPublic:
+    row = session.get(AlertRow, id)
+    if row is None:
+        raise ApiError(404, f"no alert with id {id}", "path.id")
+    return public(row)

@@ -1,0 +1,99 @@
+"""Deliveries (the outbox and its log): list, get with attempts, redeliver with the same key."""
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from sqlalchemy import select
+
+from service.api.deps import AdminKey, ReadKey, SessionDep
+from service.core.errors import ApiError
+from service.db.models import DeliveryAttemptRow, DeliveryRow
+from service.db.session import now_us
+from service.schemas.alerts import DeliveryAttemptPublic, DeliveryDetail, DeliveryPage, DeliveryPublic
+from service.schemas.common import ERRORS, Id, decode_cursor, encode_cursor, iso
+
+router = APIRouter(prefix="/deliveries", tags=["webhooks"], responses=ERRORS)  # type: ignore[arg-type]
+
+
+def public(d: DeliveryRow) -> DeliveryPublic:
+    return DeliveryPublic(
+        id=d.id,
+        alert_id=d.alert_id,
+        webhook_id=d.webhook_id,
+        idempotency_key=d.idempotency_key,
+        status=d.status,
+        attempts=d.attempts,
+        next_attempt_at=iso(d.next_attempt_at_us) if d.status == "pending" else None,
+        last_status_code=d.last_status_code,
+        last_error=d.last_error,
+        created_at=iso(d.created_at_us),
+        delivered_at=iso(d.delivered_at_us) if d.delivered_at_us is not None else None,
+    )
+
+
+@router.get("", summary="List deliveries, oldest first")
+def list_deliveries(
+    session: SessionDep,
+    _: ReadKey,
+    status: Annotated[Literal["pending", "delivered", "dead"] | None, Query()] = None,
+    webhook_id: Annotated[Id | None, Query()] = None,
+    alert_id: Annotated[Id | None, Query()] = None,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> DeliveryPage:
+    stmt = select(DeliveryRow).order_by(DeliveryRow.id).limit(limit + 1)
+    if status is not None:
+        stmt = stmt.where(DeliveryRow.status == status)
+    if webhook_id is not None:
+        stmt = stmt.where(DeliveryRow.webhook_id == webhook_id)
+    if alert_id is not None:
+        stmt = stmt.where(DeliveryRow.alert_id == alert_id)
+    if cursor is not None:
+        try:
+            stmt = stmt.where(DeliveryRow.id > decode_cursor(cursor))
+        except ValueError as e:
+            raise ApiError(422, str(e), "query.cursor") from None
+    rows = list(session.scalars(stmt))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return DeliveryPage(items=[public(r) for r in rows], next_cursor=encode_cursor(rows[-1].id) if more else None)
+
+
+def _get(session: SessionDep, delivery_id: int) -> DeliveryRow:
+    row = session.get(DeliveryRow, delivery_id)
+    if row is None:
+        raise ApiError(404, f"no delivery with id {delivery_id}", "path.id")
+    return row
+
+
+@router.get("/{id}", summary="Get a delivery with its attempt log")
+def get_delivery(id: Id, session: SessionDep, _: ReadKey) -> DeliveryDetail:
+    d = _get(session, id)
+    attempts = session.scalars(
+        select(DeliveryAttemptRow).where(DeliveryAttemptRow.delivery_id == id).order_by(DeliveryAttemptRow.id)
+    )
+    log = [
+        DeliveryAttemptPublic(
+            attempt=a.attempt,
+            at=iso(a.at_us),
+            outcome=a.outcome,
+            status_code=a.status_code,
+            error=a.error,
+            duration_ms=a.duration_ms,
+        )
+        for a in attempts
+    ]
+    return DeliveryDetail(**public(d).model_dump(), log=log)
+
+
+@router.post("/{id}/redeliver", summary="Send again (same idempotency key), with a fresh attempt budget")
+def redeliver(id: Id, request: Request, session: SessionDep, _: AdminKey) -> DeliveryPublic:
+    d = _get(session, id)
+    d.status = "pending"
+    d.attempts = 0
+    d.next_attempt_at_us = now_us()
+    d.lease_until_us = None
+    session.commit()
+    request.app.state.dispatcher.wake()
+    return public(d)

@@ -1,0 +1,82 @@
+"""Ingest: ``POST /events`` (JSON array, one object, or NDJSON).
+
+Per event: valid and on time -> accepted (durable in the archive when the answer comes),
+else rejected with its index, field and reason; the others are still taken, unless
+``atomic=true``. The answer is 200 when at least one event was accepted or the body held
+none, 422 when every event was rejected (nothing changed), 400 for malformed JSON and 413
+for a body over the limit (nothing changed either).
+"""
+from __future__ import annotations
+
+import logging
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Query, Request, Response
+
+from service.api.deps import IngestKey, RuntimeDep, SettingsDep
+from service.core.errors import ApiError
+from service.live.events import BodyError, parse_body
+from service.schemas.alerts import EventIn, IngestResponse, QueryLate, Rejection
+from service.schemas.common import ERRORS
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["events"], responses=ERRORS)  # type: ignore[arg-type]
+
+_EVENTS_SCHEMA: dict[str, Any] = {
+    "oneOf": [
+        {"type": "array", "items": EventIn.model_json_schema(ref_template="#/components/schemas/{model}")},
+        EventIn.model_json_schema(ref_template="#/components/schemas/{model}"),
+    ]
+}
+_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": _EVENTS_SCHEMA},
+            "application/x-ndjson": {"schema": {"type": "string", "description": "one event object per line"}},
+        },
+    }
+}
+
+
+@router.post(
+    "/events",
+    summary="Ingest events",
+    openapi_extra=_BODY,
+    responses={422: {"model": IngestResponse, "description": "Every event was rejected (or one was, with atomic)"}},
+)
+async def post_events(
+    request: Request,
+    response: Response,
+    runtime: RuntimeDep,
+    settings: SettingsDep,
+    _: IngestKey,
+    atomic: Annotated[bool, Query(description="refuse the whole body when any event is rejected")] = False,
+) -> IngestResponse:
+    body = await request.body()
+    try:
+        items = parse_body(body, request.headers.get("content-type", "application/json"))
+    except BodyError as e:
+        extra = {"line": e.line} if e.line is not None else {}
+        raise ApiError(400, e.reason, "body", **extra) from None
+    if len(items) > settings.max_events_per_request:
+        raise ApiError(413, f"{len(items)} events; at most {settings.max_events_per_request} per request", "body")
+    try:
+        res = await anyio.to_thread.run_sync(lambda: runtime.ingest(items, atomic=atomic))
+    except Exception as e:
+        log.exception("ingest failed")
+        err = ApiError(503, f"the events could not be made durable ({type(e).__name__}); nothing was taken", "body")
+        err.headers = {"Retry-After": "1"}
+        raise err from None
+    if res.rejected and (atomic or not res.accepted):
+        response.status_code = 422
+    return IngestResponse(
+        accepted=res.accepted,
+        rejected=res.rejected,
+        ids=res.ids,
+        rejections=[Rejection(**r) for r in res.rejections],
+        query_late=[QueryLate(**q) for q in res.query_late],
+        matches=res.matches,
+        alerts=res.alerts,
+    )

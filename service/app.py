@@ -1,0 +1,138 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+Start-up (the lifespan): open the database, create the bootstrap key when configured,
+open the archive writer (its WAL replays into Delta), load the event types and the active
+queries into the live runtime, replay the archive's recent past into their matchers,
+then start the webhook dispatcher. Shut-down stops the dispatcher and flushes the archive.
+Migrations are not run here but by ``lace serve`` / ``lace db upgrade`` before it.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib import metadata
+from typing import Any
+
+import anyio
+from fastapi import FastAPI
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.api.limits import BodyLimitMiddleware
+from service.api.routes import alerts, deliveries, event_types, events, health, keys, queries, webhooks
+from service.core.config import Settings, get_settings
+from service.core.errors import install_handlers
+from service.core.metrics import Metrics
+from service.core.security import hash_api_key
+from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
+from service.db.session import make_engine, make_session_factory
+from service.live.runtime import LiveRuntime
+from service.webhooks.dispatcher import Dispatcher
+
+log = logging.getLogger("lace.service")
+ROUTERS = tuple(m.router for m in (health, event_types, queries, events, alerts, webhooks, deliveries, keys))
+
+
+def _version() -> str:
+    try:
+        return metadata.version("lace")
+    except metadata.PackageNotFoundError:
+        return "0"
+
+
+def _bootstrap_key(sessions: sessionmaker[Session], settings: Settings) -> None:
+    if settings.bootstrap_admin_key is None:
+        return
+    token = settings.bootstrap_admin_key.get_secret_value()
+    with sessions() as s:
+        if s.execute(select(ApiKeyRow.id).where(ApiKeyRow.key_hash == hash_api_key(token))).first() is None:
+            keys.create_key(s, name="bootstrap", scopes=["admin", "ingest", "read"], token=token)
+
+
+def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
+    if not settings.archive_enabled:
+        return None
+    from archive.schema import EventType
+    from archive.writer import ArchiveWriter
+
+    writer = ArchiveWriter(
+        settings.archive_root,
+        types=[EventType(r.name, dict(r.attributes), r.partition_key) for r in rows],  # type: ignore[arg-type]
+        flush_rows=settings.archive_flush_rows,
+        flush_age_s=settings.archive_flush_age_s,
+        fsync=settings.archive_fsync,
+    )
+    writer.start()
+    return writer
+
+
+def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessionmaker[Session], LiveRuntime]:
+    """Open the stores and rebuild the live runtime (blocking; run in a thread)."""
+    from engine.compiler import compile_query
+    from engine.lql.errors import QueryError
+
+    engine = make_engine(settings.sqlalchemy_url)
+    sessions = make_session_factory(engine)
+    _bootstrap_key(sessions, settings)
+    with sessions() as s:
+        type_rows = list(s.scalars(select(EventTypeRow)))
+        query_rows = list(s.scalars(select(QueryRow).where(QueryRow.state == "active").order_by(QueryRow.id)))
+    archive = _open_archive(settings, type_rows)
+    runtime = LiveRuntime(
+        sessions=sessions, metrics=metrics, archive=archive, max_reported=settings.max_rejections_reported
+    )
+    for row in type_rows:
+        runtime.set_type(event_types.spec_of(row))
+    for q in query_rows:
+        try:
+            compiled = compile_query(q.text, runtime.schemas())
+        except QueryError as e:
+            log.error("query %s (%d) no longer compiles, left stopped: %s", q.name, q.id, e)
+            continue
+        runtime.start_query(query_id=q.id, name=q.name, compiled=compiled, active_since_us=q.active_since_us)
+    if archive is not None:
+        from service.live.replay import rebuild
+
+        spec = {r.name: event_types.spec_of(r) for r in type_rows}
+        stats = rebuild(runtime, settings.archive_root, spec, replay_max_us=int(settings.replay_max_s * 1e6))
+        log.info("restart replay: %s", stats)
+    return engine, sessions, runtime
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The LACE REST service (OpenAPI at ``/docs`` and ``/openapi.json``)."""
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        metrics = Metrics()
+        engine, sessions, runtime = await anyio.to_thread.run_sync(lambda: start_services(settings, metrics))
+        dispatcher = Dispatcher(sessions=sessions, settings=settings, metrics=metrics)
+        app.state.settings, app.state.metrics = settings, metrics
+        app.state.sessions, app.state.runtime, app.state.dispatcher = sessions, runtime, dispatcher
+        await dispatcher.start()
+        runtime.on_deliveries = dispatcher.wake
+        try:
+            yield
+        finally:
+            runtime.on_deliveries = None
+            await dispatcher.stop()
+            if runtime.archive is not None:
+                await anyio.to_thread.run_sync(runtime.archive.close)
+            engine.dispose()
+
+    app = FastAPI(
+        title="LACE",
+        version=_version(),
+        summary="Live-and-archived complex event detection: register LQL queries, ingest events, get alerts.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    install_handlers(app)
+    app.add_middleware(
+        BodyLimitMiddleware, ingest_bytes=settings.max_body_bytes, other_bytes=settings.max_admin_body_bytes
+    )
+    for router in ROUTERS:
+        app.include_router(router)
+    return app

@@ -1,0 +1,1 @@
+"""Service core: settings, security helpers, errors, metrics."""

@@ -1,0 +1,135 @@
+"""Service settings (pydantic-settings): environment variables ``LACE_*`` or a ``.env`` file.
+
+Every setting has an embedded default so ``lace serve`` runs on a fresh checkout: a SQLite
+file and a local Delta directory under ``LACE_DATA_DIR`` (``./lace-data``), local Spark.
+``LACE_ENV_FILE`` names another env file. Units are in the names (``_s``, ``_bytes``).
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_SECRETS = frozenset({"changethis", "changeme", "secret", "lace", "password", "default"})
+MIN_SECRET_CHARS = 32
+SECRET_KEY_FILE = "secret.key"
+
+
+class Settings(BaseSettings):
+    """What ``lace serve`` reads from its environment.
+
+    Attributes
+    ----------
+    data_dir : Path
+        Where the embedded stores live: ``lace.db`` (SQLite), ``archive/`` (Delta tables and
+        WAL), ``secret.key`` (when ``secret_key`` is not set).
+    database_url : str | None
+        SQLAlchemy URL; default ``sqlite:///<data_dir>/lace.db``. PostgreSQL:
+        ``postgresql+psycopg://user@host:5432/db``.
+    archive_enabled : bool
+        Archive every ingested event (WAL + Delta) and replay it on restart. Off: events
+        only feed the live matchers and a restart loses partial matches.
+    archive_path : Path | None
+        Archive root; default ``<data_dir>/archive``.
+    spark_master : str
+        Spark master URL for archive reads (not used by the live-only service yet).
+    secret_key : SecretStr | None
+        Derives webhook signing secrets; generated into ``<data_dir>/secret.key`` when unset.
+        Known defaults (``changethis``...) and keys shorter than 32 characters are refused.
+    bootstrap_admin_key : SecretStr | None
+        When set, an admin+read+ingest API key with this value exists after start
+        (for deployments that cannot run ``lace keys create``); same rules as ``secret_key``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="LACE_", env_file=os.environ.get("LACE_ENV_FILE", ".env"), extra="ignore"
+    )
+
+    data_dir: Path = Path("lace-data")
+    database_url: str | None = None
+    archive_enabled: bool = True
+    archive_path: Path | None = None
+    archive_flush_rows: Annotated[int, Field(ge=1)] = 50_000
+    archive_flush_age_s: Annotated[float, Field(gt=0)] = 5.0
+    archive_fsync: bool = True
+    spark_master: str = "local[2]"
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
+    log_level: str = "info"
+    access_log: bool = True
+
+    secret_key: SecretStr | None = None
+    bootstrap_admin_key: SecretStr | None = None
+
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 16 << 20
+    """Largest ``POST /events`` body, bytes (413 above)."""
+    max_admin_body_bytes: Annotated[int, Field(ge=1024)] = 1 << 20
+    """Largest body of every other route, bytes."""
+    max_events_per_request: Annotated[int, Field(ge=1)] = 100_000
+    max_rejections_reported: Annotated[int, Field(ge=1)] = 1_000
+    replay_max_s: Annotated[float, Field(gt=0)] = 7 * 86_400.0
+    """Restart replay never reaches further back than this much event time (queries without WITHIN)."""
+
+    webhook_max_attempts: Annotated[int, Field(ge=1, le=100)] = 8
+    webhook_backoff_base_s: Annotated[float, Field(gt=0)] = 1.0
+    webhook_backoff_max_s: Annotated[float, Field(gt=0)] = 600.0
+    webhook_timeout_s: Annotated[float, Field(gt=0)] = 10.0
+    webhook_concurrency: Annotated[int, Field(ge=1)] = 32
+    webhook_poll_s: Annotated[float, Field(gt=0)] = 1.0
+    webhook_batch: Annotated[int, Field(ge=1)] = 200
+
+    @field_validator("secret_key", "bootstrap_admin_key")
+    @classmethod
+    def _refuse_default_secrets(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        raw = value.get_secret_value()
+        if raw.strip().lower() in DEFAULT_SECRETS:
+            raise ValueError(
+                "is a well-known default; generate one (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        if len(raw) < MIN_SECRET_CHARS:
+            raise ValueError(f"must be at least {MIN_SECRET_CHARS} characters")
+        return value
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> Settings:
+        if self.webhook_backoff_max_s < self.webhook_backoff_base_s:
+            raise ValueError("webhook_backoff_max_s must be >= webhook_backoff_base_s")
+        return self
+
+    @cached_property
+    def sqlalchemy_url(self) -> str:
+        """The database URL, defaulting to the SQLite file under ``data_dir``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'lace.db').resolve()}"
+
+    @cached_property
+    def archive_root(self) -> Path:
+        return self.archive_path if self.archive_path is not None else self.data_dir / "archive"
+
+    def signing_key(self) -> bytes:
+        """The server key that derives webhook secrets (``secret_key``, else a generated file)."""
+        if self.secret_key is not None:
+            return self.secret_key.get_secret_value().encode()
+        path = self.data_dir / SECRET_KEY_FILE
+        if not path.exists():
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(48))
+        key = path.read_text().strip()
+        if len(key) < MIN_SECRET_CHARS:
+            raise ValueError(f"{path}: the key must be at least {MIN_SECRET_CHARS} characters")
+        return key.encode()
+
+
+def get_settings() -> Settings:
+    """Settings from the environment (a fresh read each call: tests change the environment)."""
+    return Settings()

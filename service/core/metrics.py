@@ -1,0 +1,60 @@
+"""Prometheus metrics of one service instance (its own registry, so tests can build many apps).
+
+Measured: events in/late/rejected, matches, alerts, deliveries, partial matches in memory,
+archive buffer and WAL. Exposed at 0 until their subsystem exists: partial matches spilled
+(STPM, DESIGN.md section 6) and Spark jobs (live-and-archived queries, backfills).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    """The service's counters and gauges."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.events_in = Counter("lace_events_ingested", "Events accepted by POST /events", ["type"], registry=r)
+        self.events_late = Counter("lace_events_late", "Events rejected as late (behind the watermark)", registry=r)
+        self.events_rejected = Counter(
+            "lace_events_rejected", "Events rejected, by reason kind", ["reason"], registry=r
+        )
+        self.matches = Counter("lace_matches", "Matches found by live queries", ["query"], registry=r)
+        self.alerts = Counter("lace_alerts", "Alerts recorded (after de-duplication)", registry=r)
+        self.alerts_duplicate = Counter(
+            "lace_alerts_duplicate", "Matches already recorded as alerts (restart replay)", registry=r
+        )
+        self.alert_write_errors = Counter("lace_alert_write_errors", "Failed alert transactions", registry=r)
+        self.deliveries_ok = Counter("lace_alerts_delivered", "Webhook deliveries acknowledged (2xx)", registry=r)
+        self.deliveries_failed = Counter("lace_alert_delivery_failures", "Webhook attempts that failed", registry=r)
+        self.deliveries_dead = Counter("lace_alerts_dead_lettered", "Deliveries dead-lettered", registry=r)
+        self.delivery_latency = Histogram(
+            "lace_delivery_latency_seconds",
+            "Alert recorded -> webhook acknowledged, seconds",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=r,
+        )
+        self.partial_matches = Gauge("lace_partial_matches", "Partial matches in memory (all live queries)", registry=r)
+        self.partial_matches_spilled = Gauge(
+            "lace_partial_matches_spilled", "Partial matches spilled to the store (not implemented yet: 0)", registry=r
+        )
+        self.live_queries = Gauge("lace_live_queries", "Active live queries", registry=r)
+        self.archive_buffered = Gauge("lace_archive_buffered_events", "Events not yet committed to Delta", registry=r)
+        self.archive_lag = Gauge("lace_archive_lag_seconds", "Age of the oldest unflushed event, seconds", registry=r)
+        self.archive_wal_bytes = Gauge("lace_archive_wal_bytes", "Bytes in the archive write-ahead log", registry=r)
+        self.spark_jobs = Counter(
+            "lace_spark_jobs", "Spark jobs run by the service (none yet: live-only queries)", registry=r
+        )
+        self.replayed = Counter("lace_replayed_events", "Events replayed from the archive at start", registry=r)
+        self._collectors: list[Callable[[], None]] = []
+
+    def on_collect(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` before each scrape (to refresh gauges)."""
+        self._collectors.append(fn)
+
+    def render(self) -> bytes:
+        for fn in self._collectors:
+            fn()
+        return generate_latest(self.registry)

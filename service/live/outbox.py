@@ -1,0 +1,93 @@
+"""Alerts and their outbox rows, written in one transaction (DESIGN.md section 10).
+
+An alert is recorded once per (query, event ids): ``dedup_key`` is the SHA-256 of the
+match's variable -> event ids map, and inserting a known one does nothing. That is what
+lets a restart replay the archive without alerting twice. Every new alert gets one
+``deliveries`` row per active webhook of its query, idempotency key
+``lace-<alert id>-<webhook id>``, kept by every retry and redelivery.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import String, cast, insert, literal, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session
+
+from engine.match import Match
+from service.db.models import AlertRow, DeliveryRow, WebhookRow
+
+
+@dataclass(slots=True)
+class Found:
+    """A match of live query ``query_id``."""
+
+    query_id: int
+    match: Match
+
+
+def dedup_key(events: dict[str, list[int]]) -> str:
+    """SHA-256 hex of the variable -> ids map (order of variables does not matter).
+
+    >>> dedup_key({"a": [1], "b": [2, 3]}) == dedup_key({"b": [2, 3], "a": [1]})
+    True
+    """
+    return hashlib.sha256(orjson.dumps(events, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def alert_values(found: Found, now_us: int) -> dict[str, Any]:
+    m = found.match
+    events = {var: ids for var, ids in m.ids().items()}
+    return {
+        "query_id": found.query_id,
+        "dedup_key": dedup_key(events),
+        "events": events,
+        "fields": {k: _json_safe(v) for k, v in m.fields.items()},
+        "start_us": m.start,
+        "end_us": m.end,
+        "created_at_us": now_us,
+    }
+
+
+def record_alerts(session: Session, found: Sequence[Found], *, now_us: int) -> tuple[int, int]:
+    """Insert the new alerts of ``found`` and their deliveries; return ``(alerts, deliveries)`` created.
+
+    Runs inside the caller's transaction: alerts and outbox rows commit together.
+    """
+    if not found:
+        return 0, 0
+    rows = list({(v["query_id"], v["dedup_key"]): v for v in (alert_values(f, now_us) for f in found)}.values())
+    dialect = session.get_bind().dialect.name
+    ins: Any = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(AlertRow)
+    stmt = ins.on_conflict_do_nothing(index_elements=["query_id", "dedup_key"]).returning(AlertRow.id)
+    ids = [r[0] for r in session.execute(stmt, rows)]
+    if not ids:
+        return 0, 0
+    key = literal("lace-") + cast(AlertRow.id, String) + literal("-") + cast(WebhookRow.id, String)
+    sel = (
+        select(
+            AlertRow.id,
+            WebhookRow.id,
+            key,
+            literal("pending"),
+            literal(0),
+            literal(now_us),
+            literal(now_us),
+        )
+        .join(WebhookRow, WebhookRow.query_id == AlertRow.query_id)
+        .where(AlertRow.id.in_(ids), WebhookRow.active.is_(True))
+    )
+    cols = ["alert_id", "webhook_id", "idempotency_key", "status", "attempts", "next_attempt_at_us", "created_at_us"]
+    res: Any = session.execute(insert(DeliveryRow).from_select(cols, sel))
+    return len(ids), max(res.rowcount or 0, 0)

@@ -1,0 +1,1 @@
+"""Pydantic models of the REST API, per resource: ``<Thing>Create`` / ``<Thing>Update`` / ``<Thing>Public``."""

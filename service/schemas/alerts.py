@@ -1,0 +1,114 @@
+"""API models of ingest results, alerts, webhooks and deliveries."""
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from service.schemas.common import Id
+
+Url = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+
+
+class EventIn(BaseModel):
+    """One event (documentation of the ``POST /events`` body; attributes may also be top-level keys)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    ts: str | int | float = Field(description="ISO-8601 with offset, or epoch milliseconds")
+    id: int | None = Field(None, description="int64; assigned at ingest when absent")
+    attrs: dict[str, Any] | None = None
+
+
+class Rejection(BaseModel):
+    index: int = Field(description="0-based position of the event in the body")
+    line: int | None = Field(None, description="NDJSON line")
+    field: str
+    reason: str
+
+
+class QueryLate(BaseModel):
+    index: int
+    query: str
+    reason: str
+
+
+class IngestResponse(BaseModel):
+    """Counts, the ids of the accepted events (in body order) and why each rejected event was."""
+
+    accepted: int
+    rejected: int
+    ids: list[int]
+    rejections: list[Rejection]
+    query_late: list[QueryLate] = []
+    matches: int
+    alerts: int
+
+
+class AlertPublic(BaseModel):
+    id: int
+    query_id: int
+    events: dict[str, list[int]] = Field(description="variable -> event ids")
+    start: str
+    end: str
+    fields: dict[str, Any] = Field(description="RETURN fields (timestamps as int microseconds)")
+    detected_at: str
+
+
+class AlertPage(BaseModel):
+    items: list[AlertPublic]
+    next_cursor: str | None = Field(None, description="pass as `cursor` for the next page; null on the last")
+
+
+class WebhookCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    query_id: Id
+    url: Url = Field(description="http(s) URL that receives one POST per alert", examples=["https://example.com/hook"])
+
+
+class WebhookPublic(BaseModel):
+    id: int
+    query_id: int
+    url: str
+    active: bool
+    created_at: str
+
+
+class WebhookCreated(WebhookPublic):
+    """Carries the signing secret: shown once."""
+
+    secret: str
+
+
+class DeliveryAttemptPublic(BaseModel):
+    attempt: int
+    at: str
+    outcome: Literal["delivered", "failed", "dead"] | str
+    status_code: int | None
+    error: str | None
+    duration_ms: float
+
+
+class DeliveryPublic(BaseModel):
+    id: int
+    alert_id: int
+    webhook_id: int
+    idempotency_key: str
+    status: Literal["pending", "delivered", "dead"] | str
+    attempts: int
+    next_attempt_at: str | None
+    last_status_code: int | None
+    last_error: str | None
+    created_at: str
+    delivered_at: str | None
+
+
+class DeliveryDetail(DeliveryPublic):
+    log: list[DeliveryAttemptPublic]
+
+
+class DeliveryPage(BaseModel):
+    items: list[DeliveryPublic]
+    next_cursor: str | None = None

@@ -1,0 +1,1 @@
+"""Webhook delivery: the outbox dispatcher (signing lives in :mod:`service.core.security`)."""

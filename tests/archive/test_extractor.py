@@ -1,0 +1,125 @@
+"""The extractor equals a plain Python filter, archived and buffered events alike, in one Spark job per call."""
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+import pytest
+
+from archive.extractor import Extractor
+from archive.reader import ArchiveReader
+from archive.schema import conform, output_to_events, with_date
+from archive.writer import ArchiveWriter
+from tests.archive.archive_data import DAY_US, KEYS, PARKING, T0_US, TRAFFIC, make_events, python_filter
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]  # one Spark start: 10-30 s
+
+
+def random_request(rng: random.Random):
+    """Random keys (or all) and a random union of possibly overlapping ranges, sometimes per key."""
+    def ranges():
+        out = []
+        for _ in range(rng.randrange(1, 6)):
+            lo = T0_US - DAY_US // 4 + rng.randrange(3 * DAY_US + DAY_US // 2)
+            out.append((lo, lo + rng.choice([1, 1_000, 60_000_000, 3_600_000_000, DAY_US // 2])))
+        return out
+
+    kind = rng.randrange(3)
+    if kind == 0:
+        return None, ranges()
+    if kind == 1:
+        return rng.sample(KEYS, rng.randrange(1, 5)) + ["absent"], ranges()
+    return None, {k: ranges() for k in rng.sample(KEYS, rng.randrange(1, 4))}
+
+
+def pairs(table):
+    return list(zip(table["id"].to_pylist(), table["type"].to_pylist()))
+
+
+@pytest.fixture
+def loaded(spark, archive_root):
+    """1,200 archived events (several flushes, so several files per day) and 300 more still in the recent buffer."""
+    events = make_events(1_500, seed=21)
+    writer = ArchiveWriter(archive_root, types=[TRAFFIC, PARKING], flush_rows=400, flush_age_s=3600)
+    for i in range(0, 1_200, 200):
+        writer.append(events[i : i + 200])
+    assert writer.buffer.rows == 0
+    writer.append(events[1_200:])
+    assert writer.buffer.rows == 300
+    yield writer, events
+    writer.close(flush=False)
+
+
+def test_extract_equals_a_python_filter_for_random_keys_and_ranges(loaded, spark):
+    writer, events = loaded
+    reader = ArchiveReader(writer.root, spark=spark)
+    with_buffer = Extractor(reader, buffer=writer.buffer)
+    archived_only = Extractor(reader)
+    rng = random.Random(5)
+    for _ in range(8):
+        keys, ranges = random_request(rng)
+        types = rng.choice([["traffic"], ["parking"], ["traffic", "parking"]])
+        got = with_buffer.extract(types, keys, ranges)
+        assert pairs(got) == python_filter(events, set(types), keys, ranges), (types, keys, ranges)
+        archived = python_filter(events[:1_200], set(types), keys, ranges)
+        assert pairs(archived_only.extract(types, keys, ranges)) == archived
+
+
+def test_range_bounds_are_half_open_and_values_round_trip(loaded, spark):
+    writer, events = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer)
+    e = next(e for e in events[:1_200] if e.type == "parking")
+    assert pairs(ex.extract("parking", [e.attrs["key"]], [(e.ts, e.ts + 1)])) == [(e.id, "parking")]
+    assert e.id not in ex.extract("parking", [e.attrs["key"]], [(e.ts - 10, e.ts)])["id"].to_pylist()
+    got = output_to_events(ex.extract("parking", None, [(e.ts, e.ts + 1)]))
+    assert e in got  # every attribute, the timestamp one included, comes back as written
+
+
+def test_events_being_flushed_are_not_returned_twice(loaded, spark):
+    writer, events = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer)
+    span = [(T0_US - DAY_US, T0_US + 10 * DAY_US)]
+    top, chunks = writer.buffer.take()
+    for name, tables in chunks.items():  # commit the buffer but keep it, as in the middle of a flush
+        etype = writer.types[name]
+        writer._commit(etype, with_date(pa.concat_tables([conform(t, etype.record_schema()) for t in tables])), top)
+    assert writer.buffer.rows == 300
+    expected = python_filter(events, {"traffic", "parking"}, None, span)
+    assert pairs(ex.extract(["traffic", "parking"], None, span)) == expected
+
+
+def test_one_extract_is_one_spark_action_whatever_the_number_of_ranges_and_types(loaded, spark):
+    writer, _ = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer)
+    sc = spark.sparkContext
+    tracker = sc.statusTracker()
+
+    def jobs(tag, *args):
+        sc.setJobGroup(tag, tag)
+        try:
+            ex.extract(*args)
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        return len(tracker.getJobIdsForGroup(tag))
+
+    one = jobs("x-one", ["traffic"], ["s1"], [(T0_US, T0_US + DAY_US)])
+    many_ranges = [(T0_US + i * 3_600_000_000, T0_US + i * 3_600_000_000 + 600_000_000) for i in range(50)]
+    many = jobs("x-many", ["traffic", "parking"], KEYS, many_ranges)
+    # The scan + range join + collect is one job; Spark builds each broadcast request table in a small job of its own.
+    assert one <= 2
+    assert many <= 3
+    for request in ({"s1": [(T0_US, T0_US + 1)]}, {None: [(T0_US, T0_US + 1)]}):
+        with ex.frame(list(ex.reader.types(["traffic"]).values()), request) as df:
+            text = df._jdf.queryExecution().executedPlan().toString()
+        assert "BroadcastHashJoin" in text or "BroadcastNestedLoopJoin" in text
+        assert " OR " not in text  # ranges are rows of the broadcast table, never a disjunction
+
+
+def test_unknown_types_and_keys_of_the_wrong_type_are_clear_errors(loaded, spark):
+    writer, _ = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark))
+    with pytest.raises(KeyError, match="weather"):
+        ex.extract(["weather"], None, [(0, 1)])
+    with pytest.raises(ValueError, match="keys of type traffic"):
+        ex.extract(["traffic"], [1, 2], [(0, 1)])
+    assert ex.extract(["traffic"], [], [(0, 1)]).num_rows == 0

@@ -1,0 +1,139 @@
+"""The Spark read path: exactly the snapshot's rows across flushes, compaction, vacuum and version pins."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from archive.extractor import Extractor
+from archive.maintenance import compact, vacuum
+from archive.reader import ArchiveReader, UnreadableTableError, check_filelist_readable, pruning_predicate
+from archive.writer import ArchiveWriter
+from tests.archive.archive_data import DAY_US, PARKING, T0_US, TRAFFIC, make_events, python_filter
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]  # one Spark start: 10-30 s
+EVERYTHING = [(T0_US - DAY_US, T0_US + 10 * DAY_US)]
+
+
+def spark_ids(reader: ArchiveReader, name: str, version: int) -> list[int]:
+    return sorted(r.id for r in reader.scan(name, version=version).select("id").collect())
+
+
+def test_reads_return_exactly_the_rows_written_across_flushes_compaction_and_vacuum(spark, archive_root):
+    events = make_events(1_500, seed=11)
+    with ArchiveWriter(archive_root, types=[TRAFFIC, PARKING], flush_rows=200) as w:
+        for i in range(0, len(events), 100):
+            w.append(events[i : i + 100])
+    reader = ArchiveReader(archive_root, spark=spark)
+    assert reader.backend == "filelist"
+    expected = sorted(e.id for e in events if e.type == "traffic")
+    before = reader.snapshot(["traffic"])["traffic"]
+    assert spark_ids(reader, "traffic", before) == expected
+
+    assert compact(archive_root, types=["traffic"], before="2100-01-01")  # every day is closed
+    after = reader.snapshot(["traffic"])["traffic"]
+    assert after > before
+    # The removed files are still on disk: a plain directory read would see every event twice or more.
+    naive = spark.read.parquet(str(archive_root / "traffic")).count()
+    assert naive > len(expected)
+    assert spark_ids(reader, "traffic", after) == expected
+    assert spark_ids(reader, "traffic", before) == expected  # time travel: the old files are still there
+
+    removed = vacuum(archive_root, types=["traffic"], retention_hours=0, longest_query_s=0)["traffic"]
+    assert removed
+    assert spark.read.parquet(str(archive_root / "traffic")).count() == len(expected)
+    assert spark_ids(reader, "traffic", reader.snapshot(["traffic"])["traffic"]) == expected
+
+
+def test_a_pinned_version_gives_repeatable_reads(spark, archive_root):
+    first, second = make_events(300, seed=12), make_events(300, seed=13, first_id=1_000)
+    with ArchiveWriter(archive_root, types=[TRAFFIC, PARKING]) as w:
+        w.append(first)
+        w.flush()
+        reader = ArchiveReader(archive_root, spark=spark)
+        pin = reader.snapshot()
+        w.append(second)
+    ex = Extractor(reader)
+    pinned = ex.extract(["traffic", "parking"], None, EVERYTHING, version=pin)
+    assert [(i, t) for i, t in zip(pinned["id"].to_pylist(), pinned["type"].to_pylist())] == python_filter(
+        first, {"traffic", "parking"}, None, EVERYTHING
+    )
+    assert ex.extract(["traffic", "parking"], None, EVERYTHING).num_rows == 600
+
+
+def test_pruning_never_drops_a_file_holding_a_matching_row(spark, archive_root):
+    # ts statistics are truncated to milliseconds: a range starting within the last millisecond of a file must keep it.
+    events = make_events(10, seed=14, types=(TRAFFIC,), span_us=1)
+    last = max(e.ts for e in events) + 999  # after the file's max ts but within the same millisecond
+    events.append(events[0].__class__(99, "traffic", last, {"key": "s1"}))
+    with ArchiveWriter(archive_root, types=[TRAFFIC]) as w:
+        w.append(events)
+    reader = ArchiveReader(archive_root, spark=spark)
+    v = reader.snapshot()["traffic"]
+    assert len(reader.files("traffic", version=v, request={None: [(last, last + 1)]})) == 1
+    assert len(reader.files("traffic", version=v, request={"s1": [(last, last + 1)]})) == 1
+    assert reader.files("traffic", version=v, request={None: [(last + 1_000_000, last + 2_000_000)]}) == []
+    assert reader.files("traffic", version=v, request={"zz": [(last, last + 1)]}) == []  # key statistics prune too
+
+
+def test_pruning_predicate_widens_ts_by_a_millisecond_and_prunes_per_key():
+    p = pruning_predicate({"a": [(DAY_US + 5_000, 2 * DAY_US + 1)], "o'k": [(0, 1)]}, key="key")
+    assert "date >= '1970-01-02'" in p and "date <= '1970-01-03'" in p
+    assert "ts >= '1970-01-02T00:00:00.004000Z'" in p
+    assert p.startswith("(key = 'a' AND (") and " OR (key = 'o''k' AND (" in p
+    many = {f"k{i}": [(i, i + 1)] for i in range(300)}  # too many pairs: the union of times and the key set
+    assert pruning_predicate(many, key="key").endswith("key IN (" + ", ".join(f"'k{i}'" for i in range(300)) + ")")
+    assert pruning_predicate({None: [(-(1 << 62), 1 << 62)]}) is None  # all of time: no bounds at all
+
+
+@pytest.mark.parametrize(
+    ("features", "config", "message"),
+    [
+        (["deletionVectors"], {}, "deletionVectors"),
+        (["columnMapping"], {}, "columnMapping"),
+        (None, {"delta.columnMapping.mode": "name"}, "column mapping"),
+        (["someFutureFeature"], {}, "someFutureFeature"),
+    ],
+)
+def test_tables_the_file_list_cannot_read_are_refused(features, config, message):
+    table = SimpleNamespace(
+        protocol=lambda: SimpleNamespace(min_reader_version=3 if features else 2, reader_features=features),
+        metadata=lambda: SimpleNamespace(configuration=config),
+    )
+    with pytest.raises(UnreadableTableError, match=message):
+        check_filelist_readable(table, "t")
+
+
+def test_a_real_deletion_vector_table_is_refused(spark, tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(tmp_path / "dv"), pa.table({"id": [1]}), configuration={"delta.enableDeletionVectors": "true"})
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(str(tmp_path / "dv"))
+    if "deletionVectors" not in (dt.protocol().reader_features or []):
+        pytest.skip("this delta-rs does not enable deletion vectors on create")
+    with pytest.raises(UnreadableTableError):
+        check_filelist_readable(dt, "dv")
+
+
+def test_native_and_filelist_give_the_same_rows(spark, archive_root):
+    from archive.spark import native_delta_available
+
+    if not native_delta_available(spark):
+        pytest.skip(
+            "the Delta Spark connector is not on the classpath (set LACE_DELTA_JAR to delta-spark_4.2_2.13 4.4.x); "
+            "no reachable registry ships it here, see ARCHIVE_NOTES.md"
+        )
+    events = make_events(500, seed=15)
+    with ArchiveWriter(archive_root, types=[TRAFFIC, PARKING], flush_rows=100) as w:
+        w.append(events)
+    compact(archive_root, before="2100-01-01")
+    ranges = [(T0_US, T0_US + DAY_US), (T0_US + 2 * DAY_US, T0_US + 2 * DAY_US + 3_600_000_000)]
+    native = Extractor(ArchiveReader(archive_root, spark=spark, backend="native"))
+    filelist = Extractor(ArchiveReader(archive_root, spark=spark, backend="filelist"))
+    for keys in (None, ["s1", "s3"]):
+        assert native.extract(["traffic", "parking"], keys, ranges).equals(
+            filelist.extract(["traffic", "parking"], keys, ranges)
+        )

@@ -1,0 +1,55 @@
+"""Spark settings: UTC and loopback always, LACE_SPARK_* from the environment, the Delta connector only with its JAR."""
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+
+from archive.spark import DELTA_EXTENSION, SparkSettings, build_conf, jar_has_delta, parse_conf
+
+
+def test_defaults_are_utc_loopback_no_ui_and_cheap_key_lookups():
+    conf = build_conf(SparkSettings())
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert "-Duser.timezone=UTC" in conf["spark.driver.extraJavaOptions"]
+    assert "-Duser.timezone=UTC" in conf["spark.executor.extraJavaOptions"]
+    assert conf["spark.executorEnv.TZ"] == "UTC"
+    assert conf["spark.ui.enabled"] == "false"
+    assert conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.hadoop.parquet.filter.dictionary.enabled"] == "false"
+    assert int(conf["spark.sql.sources.parallelPartitionDiscovery.threshold"]) >= 10_000
+    assert "spark.sql.extensions" not in conf  # without the JAR the Delta catalog breaks every query
+
+
+def test_environment_sets_master_and_extra_settings_but_not_the_time_zone():
+    s = SparkSettings.from_env(
+        {
+            "LACE_SPARK_MASTER": "spark://head:7077",
+            "LACE_SPARK_CONF": "spark.driver.memory=2g\nspark.sql.session.timeZone=Europe/Paris;"
+            "spark.executor.extraJavaOptions=-Xss4m",
+        }
+    )
+    conf = build_conf(s)
+    assert s.master == "spark://head:7077"
+    assert conf["spark.driver.memory"] == "2g"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert conf["spark.executor.extraJavaOptions"] == "-Xss4m -Duser.timezone=UTC"
+    assert "spark.driver.bindAddress" not in conf  # a cluster driver must be reachable
+
+
+def test_bad_extra_settings_are_refused():
+    with pytest.raises(ValueError, match="spark.<name>=<value>"):
+        parse_conf("driver.memory=2g")
+
+
+def test_the_delta_connector_is_configured_only_when_the_jar_holds_it(tmp_path):
+    jar = tmp_path / "delta-spark.jar"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr(DELTA_EXTENSION.replace(".", "/") + ".class", b"")
+    other = tmp_path / "other.jar"
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("x.class", b"")
+    assert jar_has_delta(str(jar)) and not jar_has_delta(str(other)) and not jar_has_delta(str(tmp_path / "none.jar"))
+    conf = build_conf(SparkSettings(delta_jar=str(jar)))
+    assert conf["spark.jars"] == str(jar) and conf["spark.sql.extensions"] == DELTA_EXTENSION
+    assert "spark.sql.extensions" not in build_conf(SparkSettings(delta_jar=str(other)))

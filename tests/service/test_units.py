@@ -1,0 +1,108 @@
+"""Fast checks of the service's pure parts: settings, wire formats, signing, back-off."""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from service.core.config import Settings
+from service.core.security import hash_api_key, new_api_key, signature_header, verify_signature, webhook_secret
+from service.live.events import BodyError, EventInvalid, TypeSpec, parse_body, validate_event
+from service.webhooks.dispatcher import backoff_s
+
+
+@pytest.mark.parametrize("value", ["changethis", "CHANGEME", "short-key"])
+def test_settings_refuse_default_or_short_secrets(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LACE_SECRET_KEY", value)
+    with pytest.raises(ValidationError, match="secret_key"):
+        Settings()
+
+
+def test_settings_default_to_embedded_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("LACE_DATABASE_URL", "LACE_ARCHIVE_PATH", "LACE_SECRET_KEY"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("LACE_DATA_DIR", str(tmp_path))
+    s = Settings()
+    assert s.sqlalchemy_url == f"sqlite:///{tmp_path.resolve() / 'lace.db'}"
+    assert s.archive_root == tmp_path / "archive"
+    key = s.signing_key()
+    assert len(key) >= 32 and (tmp_path / "secret.key").stat().st_mode & 0o077 == 0
+    assert Settings().signing_key() == key  # generated once, then reused
+
+
+def test_signature_is_hmac_sha256_over_timestamp_dot_body() -> None:
+    body = b'{"alert_id":1}'
+    header = signature_header("whsec_k", body, timestamp_s=1_700_000_000)
+    mac = hmac.new(b"whsec_k", b"1700000000." + body, hashlib.sha256).hexdigest()
+    assert header == f"t=1700000000,v1={mac}"
+    assert verify_signature("whsec_k", body, header, now_s=1_700_000_100)
+    assert not verify_signature("whsec_k", body + b" ", header, now_s=1_700_000_100)
+    assert not verify_signature("whsec_k", body, header, now_s=1_700_009_999)  # stale
+
+
+def test_webhook_secrets_differ_per_webhook_and_server_key() -> None:
+    a = webhook_secret(b"k" * 32, 1, "salt")
+    assert a == webhook_secret(b"k" * 32, 1, "salt")
+    assert len({a, webhook_secret(b"k" * 32, 2, "salt"), webhook_secret(b"j" * 32, 1, "salt")}) == 3
+
+
+def test_api_keys_are_random_and_hashed() -> None:
+    k1, k2 = new_api_key(), new_api_key()
+    assert k1 != k2 and k1.startswith("lace_") and len(k1) > 40
+    assert hash_api_key(k1) == hashlib.sha256(k1.encode()).hexdigest()
+
+
+def test_backoff_doubles_with_jitter_up_to_the_cap() -> None:
+    rng = random.Random(1)
+    for attempt, (lo, hi) in enumerate([(0.5, 1), (1, 2), (2, 4), (4, 8), (5, 10), (5, 10)], start=1):
+        assert all(lo <= backoff_s(attempt, base_s=1, max_s=10, rng=rng) <= hi for _ in range(50))
+
+
+def test_bodies_json_array_object_and_ndjson() -> None:
+    assert parse_body(b'[{"a":1},{"a":2}]', "application/json") == [({"a": 1}, None), ({"a": 2}, None)]
+    assert parse_body(b'{"a":1}', "application/json") == [({"a": 1}, None)]
+    assert parse_body(b'{"a":1}\n\n{"a":2}\n', "application/x-ndjson") == [({"a": 1}, 1), ({"a": 2}, 3)]
+    assert parse_body(b'{"a":1}\n{"a":2}', "application/json") == [({"a": 1}, 1), ({"a": 2}, 2)]
+    with pytest.raises(BodyError) as e:
+        parse_body(b'{"a":1}\n{"a":', "application/x-ndjson")
+    assert e.value.line == 2
+    with pytest.raises(BodyError):
+        parse_body(b"42", "application/json")
+
+
+def test_event_validation_types_and_units() -> None:
+    spec = TypeSpec("T", {"s": "string", "i": "int", "f": "float", "b": "bool", "t": "timestamp"}, None, 0)
+    raw: dict[str, Any] = {
+        "type": "T",
+        "ts": "2024-01-10T06:00:00+01:00",
+        "s": "x",
+        "i": 3,
+        "f": 2,
+        "b": True,
+        "t": 1500,
+    }
+    _, eid, ts, attrs = validate_event(raw, {"T": spec})
+    assert eid is None and ts == 1_704_862_800_000_000
+    assert attrs == {"s": "x", "i": 3, "f": 2.0, "b": True, "t": 1_500_000}
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"i": 1.5}, "i"),
+        ({"b": 1}, "b"),
+        ({"i": True}, "i"),
+        ({"f": "1"}, "f"),
+        ({"i": 1 << 64}, "i"),
+    ]
+    for bad, field in cases:
+        with pytest.raises(EventInvalid) as e:
+            validate_event({**raw, **bad}, {"T": spec})
+        assert e.value.field == field
+
+
+def test_docs_rest_md_matches_the_openapi_schema() -> None:
+    from service.api.docs_md import OUT, openapi, render
+
+    assert OUT.read_text(encoding="utf-8") == render(*openapi()), "run: python -m service.api.docs_md"
