@@ -28,6 +28,7 @@ from service.core.security import hash_api_key
 from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
 from service.db.session import make_engine, make_session_factory
 from service.live.runtime import LiveRuntime
+from service.maintenance_job import MaintenanceJob
 from service.webhooks.dispatcher import Dispatcher
 
 log = logging.getLogger("lace.service")
@@ -113,10 +114,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sessions, app.state.runtime, app.state.dispatcher = sessions, runtime, dispatcher
         await dispatcher.start()
         runtime.on_deliveries = dispatcher.wake
+        maintenance = MaintenanceJob(settings)
+        app.state.maintenance = maintenance
+        maintenance.start()
         try:
             yield
         finally:
             runtime.on_deliveries = None
+            await maintenance.stop()
             await dispatcher.stop()
             if runtime.archive is not None:
                 await anyio.to_thread.run_sync(runtime.archive.close)

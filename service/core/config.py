@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     archive_flush_rows: Annotated[int, Field(ge=1)] = 50_000
     archive_flush_age_s: Annotated[float, Field(gt=0)] = 5.0
     archive_fsync: bool = True
+    archive_maintenance_interval_s: Annotated[float, Field(ge=0)] = 3600.0
+    """Seconds between archive maintenance passes (compact, checkpoint, vacuum); 0 disables them."""
+    archive_retention_hours: Annotated[int, Field(ge=1)] = 168
+    """Vacuum keeps removed files this long: longer than the longest query or backfill."""
     spark_master: str = "local[2]"
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=0, le=65535)] = 8000
