@@ -45,7 +45,7 @@ def test_demo_rejects_a_negative_speed():
     assert_user_error(invoke("demo", "--speed", "-1"), "error: --speed must be >= 0")
 
 
-@pytest.mark.parametrize("command", ["replay", "backfill"])
+@pytest.mark.parametrize("command", ["backfill"])
 def test_unimplemented_commands_exit_2_with_one_line(command):
     assert_user_error(invoke(command, "--anything", "x"), f"error: lace {command} is not implemented yet")
 

@@ -1,0 +1,233 @@
+"""What the four live-and-archived algorithms share (001 section 4, DESIGN.md section 7).
+
+A :class:`Runner` owns the live matcher of ``P_L`` and offers the engine's verbs: ``push(event)``,
+``advance(watermark)``, ``flush()``, ``stats()``. Each algorithm decides *when* it asks the archive
+(:meth:`Runner.request`), over which ranges and keys, and how it finds the archived instances
+(:meth:`Runner.match_archived`); the join, the results and the counters are common.
+
+The caller archives every event before pushing it (the stream *is* the archive's future); a live
+instance ``I`` only ever reads ``[I.start - lookback, I.start)``, which is in the archive by then.
+Timestamps are int microseconds UTC.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from engine.events import Event
+from engine.live_archived.counters import RunCounters
+from engine.live_archived.plan import LiveArchivedPlan, Range
+from engine.live_archived.source import ArchiveSource, Ranges
+from engine.match import Match
+from engine.matcher import LateEventError, Matcher
+from engine.pm.store import PartialMatchStore
+
+MIN_TS = -(1 << 62)
+
+
+@dataclass(slots=True)
+class LiveInstance:
+    """A complete live instance and when it completed.
+
+    Attributes
+    ----------
+    match : Match
+        The match of ``P_L``.
+    completed_ts : int
+        The watermark (event time, int us) when the live matcher reported it.
+    completed_wall : float
+        The clock (seconds) when the event that completed it was pushed.
+    """
+
+    match: Match
+    completed_ts: int
+    completed_wall: float
+
+
+class Runner:
+    """Base class: the live matcher, the join and the counters of one live-and-archived query.
+
+    Parameters
+    ----------
+    plan : LiveArchivedPlan
+        From :func:`engine.live_archived.plan.compile_live_archived`.
+    source : ArchiveSource
+        The archive (it must hold every pushed event before the next request).
+    pm_capacity, pm_policy, pm_store
+        Partial-match management of the live matcher (DESIGN.md section 6), as for
+        :class:`engine.matcher.Matcher`.
+    clock : callable
+        Wall clock in seconds (``time.perf_counter``), for the wall-time delays.
+    """
+
+    algorithm: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        plan: LiveArchivedPlan,
+        source: ArchiveSource,
+        *,
+        pm_capacity: int | None = None,
+        pm_policy: str = "stpm",
+        pm_store: PartialMatchStore | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.plan = plan
+        self.source = source
+        self.clock = clock
+        self.live = Matcher(plan.live, pm_capacity=pm_capacity, pm_policy=pm_policy, pm_store=pm_store)
+        self.counters = RunCounters(self.algorithm)
+        self.watermark = MIN_TS
+        self.live_clock = MIN_TS
+        """Event time the live matcher has reached: later live instances start after ``live_clock - span``."""
+        self._started: float | None = None
+
+    # ------------------------------------------------------------------ the engine's verbs
+
+    def push(self, event: Event) -> list[Match]:
+        """Offer one live event (already archived); return the results it made due.
+
+        Raises
+        ------
+        LateEventError
+            From the live matcher, for an event behind the watermark (counted there).
+        """
+        now = self._now()
+        self.counters.live_events += 1
+        if event.ts > self.watermark:
+            self.watermark = event.ts
+        out = self.on_time()
+        out += self.on_event(event, now)
+        return out
+
+    def advance(self, watermark_us: int) -> list[Match]:
+        """Declare that no event with ``ts <= watermark_us`` will come (closes windows and subwindows)."""
+        now = self._now()
+        if watermark_us > self.watermark:
+            self.watermark = watermark_us
+        out = self.on_time()
+        found = self.advance_live(watermark_us)
+        if found:
+            out += self.completed(found, now)
+        return out
+
+    def flush(self) -> list[Match]:
+        """End of stream: complete every live instance, answer every pending one, stop the clock."""
+        now = self._now()
+        found = self.live.flush()
+        out = self.completed(found, now) if found else []
+        out += self.finish()
+        self.counters.wall_s = self.clock() - (self._started or now)
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """The run's counters (:class:`RunCounters`) and the live matcher's (``live_matcher``)."""
+        d = self.counters.as_dict()
+        d["live_matcher"] = self.live.stats()
+        return d
+
+    # ------------------------------------------------------------------ what an algorithm overrides
+
+    def on_time(self) -> list[Match]:
+        """The watermark moved (``self.watermark``): close what is due."""
+        return []
+
+    def on_event(self, event: Event, now: float) -> list[Match]:
+        """Give ``event`` to the live matcher (OLLAA filters or defers here)."""
+        found = self.push_live(event)
+        return self.completed(found, now) if found else []
+
+    def on_instances(self, insts: list[LiveInstance]) -> list[Match]:
+        """Live instances just completed."""
+        raise NotImplementedError
+
+    def finish(self) -> list[Match]:
+        """End of stream: answer every live instance still waiting."""
+        return []
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now(self) -> float:
+        now = self.clock()
+        if self._started is None:
+            self._started = now
+        return now
+
+    def push_live(self, event: Event) -> list[Match]:
+        """``live.push(event)``, keeping :attr:`live_clock` (the matcher ignores other types' events)."""
+        found = self.live.push(event)
+        if event.type in self.plan.live_types and event.ts > self.live_clock:
+            self.live_clock = event.ts
+        return found
+
+    def advance_live(self, watermark_us: int) -> list[Match]:
+        """``live.advance(watermark_us)``, keeping :attr:`live_clock`."""
+        found = self.live.advance(watermark_us)
+        self.live_clock = max(self.live_clock, watermark_us)
+        return found
+
+    def horizon(self) -> int | None:
+        """Archived instances starting before this can join no later live instance (None: unbounded).
+
+        Every live instance not yet reported starts after ``live_clock - span`` (it ends, or its
+        trailing negation is decided, after ``live_clock``).
+        """
+        span = self.plan.live_span_us
+        return None if span is None else self.live_clock - span - self.plan.lookback_us
+
+    def completed(self, found: list[Match], now: float, at_ts: int | None = None) -> list[Match]:
+        """Hand the live matches ``found`` (completed at event time ``at_ts``, default: the watermark) on."""
+        self.counters.live_instances += len(found)
+        ts = self.watermark if at_ts is None else at_ts
+        return self.on_instances([LiveInstance(m, ts, now) for m in found])
+
+    def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:
+        """One archive request for ``P_A``'s types (see :meth:`ArchiveSource.extract`)."""
+        key_attr = self.plan.key.attr if self.plan.key is not None else None
+        events = self.source.extract(self.plan.archived_types, keys, ranges, key_attr=key_attr)
+        self.counters.archive_requests += 1
+        self.counters.archived_events_scanned += len(events)
+        return events
+
+    def match_archived(self, events: list[Event]) -> list[Match]:
+        """Every match of ``P_A`` over ``events`` (in (ts, id) order), with a fresh matcher."""
+        matcher = Matcher(self.plan.archived)
+        out: list[Match] = []
+        push = matcher.push
+        for e in events:
+            try:
+                found = push(e)
+            except LateEventError:
+                continue  # a duplicate (ts, id): the archive returned an event twice
+            if found:
+                out += found
+        out += matcher.flush()
+        self.counters.archived_instances += len(out)
+        return out
+
+    def join(self, inst: LiveInstance, candidates: Iterable[Match], out: list[Match]) -> None:
+        """Join ``inst`` with the archived ``candidates`` that lie in its access range; append the results.
+
+        With a key plan, ``candidates`` must all have ``inst``'s key (requested or kept by key).
+        """
+        plan = self.plan
+        start = inst.match.start
+        qualifies, joins = plan.qualifies, plan.joins
+        keyed = plan.key is not None  # every algorithm takes an instance's candidates from its key
+        tried = 0
+        for j in candidates:
+            if not qualifies(start, j):
+                continue
+            tried += 1
+            if joins(inst.match, j, same_key=keyed):
+                out.append(plan.result(inst.match, j))
+                self.counters.delay_event_us.append(self.watermark - inst.completed_ts)
+                self.counters.delay_wall_s.append(self.clock() - inst.completed_wall)
+        self.counters.join_pairs_tried += tried
+        self.counters.results = len(self.counters.delay_event_us)
+
+    def access(self, inst: LiveInstance) -> Range:
+        """``R_A(I)``, int microseconds, half-open."""
+        return self.plan.access_range(inst.match)

@@ -1,0 +1,394 @@
+"""A compiled live-and-archived query (DESIGN.md section 4, "Live-and-archived queries").
+
+:func:`compile_live_archived` compiles both sides with :func:`engine.compiler.compile_query`, the
+JOIN into closures over ``(live Match, archived Match)`` and the RETURN over both sides' variables
+(never ``eval``: :mod:`engine.nfa.conditions` builds the closures). Everything here is stateless.
+
+Semantics (001 section 4; docs/semantics.md section 6):
+
+- A **live instance** ``I`` is a match of ``P_L``; ``I.start`` is the ts of its first event. Its
+  access range is ``R_A(I) = [I.start - lookback, I.start)`` (int microseconds, half-open).
+- An **archived instance** ``J`` is a match of ``P_A`` over the archive. It joins ``I`` when every
+  event of ``J`` lies in ``R_A(I)``, the JOIN holds, and, when ``P_A`` has a trailing negation, its
+  negation window ``[J.start, J.start + WITHIN]`` lies in ``R_A(I)`` too (the archive ``I`` sees,
+  every event before ``I.start``, must be able to confirm the negation).
+- JOIN is read like WHERE: its top-level AND conjuncts, a conjunct that mentions a variable that
+  ``I`` or ``J`` does not bind (an OR branch not taken, an empty Kleene star) is ignored, a
+  conjunct with ``b[k]`` beyond ``b``'s length is false, and the null rules of WHERE apply.
+- One result per joined pair: a :class:`~engine.match.Match` whose ``events`` holds the variables
+  of both sides, ``start``/``end`` over both, ``fields`` the RETURN.
+
+Archive keys: when a top-level JOIN conjunct ``live_expr = q.y`` equates a value of the live side
+with a PARTITION BY attribute ``y`` of the archived side (both variables bound by every plan, and
+``P_A`` not ``strict_contiguity``), every joining ``J`` has ``y == live_expr(I)``: an archive request
+for ``I`` may then ask for that key only (:attr:`LiveArchivedPlan.key`).
+"""
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.compiler import CompiledQuery, compile_query
+from engine.events import Event
+from engine.lql.ast import (
+    Aggregate,
+    AttrRef,
+    BinOp,
+    BoolOp,
+    Compare,
+    Expr,
+    LiveArchivedQuery,
+    Neg,
+    Not,
+    PatternQuery,
+    Schema,
+    expr_text,
+)
+from engine.lql.errors import QueryError
+from engine.match import Match
+from engine.nfa.conditions import Fn, compile_bool, compile_value
+
+Events = dict[str, tuple[Event, ...]]
+Range = tuple[int, int]
+NO_KEY = object()
+"""Returned by :meth:`LiveArchivedPlan.key_of` when the live instance's key value is missing (None):
+the key equality can never hold, so the instance joins nothing and needs no archive request."""
+
+
+def _refs(expr: Expr) -> list[AttrRef | Aggregate]:
+    if isinstance(expr, (AttrRef, Aggregate)):
+        return [expr]
+    if isinstance(expr, (Compare, BinOp)):
+        return _refs(expr.left) + _refs(expr.right)
+    if isinstance(expr, BoolOp):
+        return [r for e in expr.operands for r in _refs(e)]
+    if isinstance(expr, (Not, Neg)):
+        return _refs(expr.operand)
+    return []
+
+
+def _conjuncts(expr: Expr | None) -> list[Expr]:
+    if expr is None:
+        return []
+    if isinstance(expr, BoolOp) and expr.op == "and":
+        return [c for operand in expr.operands for c in _conjuncts(operand)]
+    return [expr]
+
+
+def _getter(attr: str) -> Callable[[Event], Any]:
+    if attr in ("ts", "id", "type"):
+        return operator.attrgetter(attr)
+    return lambda e: e.attrs.get(attr)
+
+
+def _position(ref: AttrRef) -> int:
+    """Index into the variable's event tuple: 0 for a single variable or ``b[1]``, -1 for ``b[last]``."""
+    idx = ref.index
+    if idx is None or idx.kind == "first":
+        return 0
+    if idx.kind == "last":
+        return -1
+    if idx.kind == "at":
+        return idx.at - 1
+    raise QueryError.at(ref.pos, f"{ref.var}[i] is only allowed in WHERE")  # the checks reject it first
+
+
+def _resolver(live_vars: frozenset[str]) -> Callable[[AttrRef | Aggregate], Fn]:
+    """Resolve references for ``f(live_events, archived_events, None)``; unbound or out of range -> None."""
+
+    def resolve(ref: AttrRef | Aggregate) -> Fn:
+        live = ref.var in live_vars
+        var = ref.var
+        if isinstance(ref, Aggregate):
+            return _aggregate(ref, live)
+        get = _getter(ref.attr)
+        pos = _position(ref)
+
+        def value(a: Events, b: Events, c: Any) -> Any:
+            evs = (a if live else b).get(var, ())
+            if pos >= len(evs) or (pos < 0 and not evs):
+                return None
+            return get(evs[pos])
+
+        return value
+
+    return resolve
+
+
+def _aggregate(agg: Aggregate, live: bool) -> Fn:
+    """RETURN aggregate over a variable's events (a single variable counts as one element)."""
+    get = _getter(agg.attr) if agg.attr else None
+    func, var = agg.func, agg.var
+
+    def aggregate(a: Events, b: Events, c: Any) -> Any:
+        seq = (a if live else b).get(var, ())
+        if func == "count":
+            return len(seq)
+        assert get is not None
+        if not seq:
+            return None
+        if func == "first":
+            return get(seq[0])
+        if func == "last":
+            return get(seq[-1])
+        values = [v for v in map(get, seq) if v is not None]
+        if not values:
+            return None
+        try:
+            if func == "sum":
+                return sum(values)
+            if func == "avg":
+                return sum(values) / len(values)
+            return min(values) if func == "min" else max(values)
+        except TypeError:
+            return None
+
+    return aggregate
+
+
+@dataclass(frozen=True, slots=True)
+class JoinConjunct:
+    """One top-level AND part of JOIN: ``fn(live_events, archived_events, None) -> bool``.
+
+    ``variables``: every variable it mentions (ignored unless all are bound); ``optional``: those
+    some match may leave unbound (only they need checking); ``needs``: ``(var, k)`` for every
+    ``b[k]`` (false when ``b`` has fewer than k events).
+    """
+
+    fn: Fn
+    variables: frozenset[str]
+    needs: tuple[tuple[str, int], ...]
+    expr: Expr
+    optional: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class KeyPlan:
+    """Archive key of a live instance, from a JOIN equality ``live_expr = q.attr``.
+
+    ``attr`` is a PARTITION BY attribute of the archived side; ``live_value(events)`` evaluates
+    ``live_expr`` on the live instance's events.
+    """
+
+    attr: str
+    live_value: Fn
+    text: str
+    live_attr: str | None = None
+    expr: Expr | None = None
+    """``x`` when the live side is a plain attribute ``p.x`` (OLLAA may then filter live events by it)."""
+
+
+def mandatory_vars(query: CompiledQuery) -> frozenset[str]:
+    """Variables bound to at least one event by every match (in every linear plan, not a Kleene star)."""
+    sets = [frozenset(slot.var for slot in plan.slots) for plan in query.plans]
+    return frozenset.intersection(*sets) if sets else frozenset()
+
+
+def live_span_us(query: CompiledQuery) -> int | None:
+    """Largest ``I.end - I.start`` (and trailing-negation wait) of a live instance, int us; None: unbounded."""
+    if query.window_us is not None:
+        return query.window_us
+    if all(len(p.slots) == 1 and not p.slots[0].kleene and not p.trailing for p in query.plans):
+        return 0
+    return None
+
+
+class LiveArchivedPlan:
+    """A compiled live-and-archived query: both sides, the JOIN, the RETURN, the archive key.
+
+    Attributes
+    ----------
+    name : str | None
+    live, archived : CompiledQuery
+        ``P_L`` and ``P_A``.
+    lookback_us : int
+        ``LOOKBACK``, int microseconds.
+    key : KeyPlan | None
+        How to get a live instance's archive key (None: requests cover every key).
+    archived_deadline_us : int | None
+        ``P_A``'s WITHIN when it has a trailing negation (see the module docstring), else None.
+    live_span_us : int | None
+        See :func:`live_span_us`.
+    variables : tuple[str, ...]
+        Live variables then archived variables (keys of a result's ``events``).
+    """
+
+    def __init__(self, query: LiveArchivedQuery, schemas: Schema | None = None, *, key_hint: str | None = None) -> None:
+        self.ast = query
+        self.name = query.name
+        self.live = compile_query(_named(query.live, query.name), schemas)
+        self.archived = compile_query(_named(query.archived, query.name), schemas)
+        self.lookback_us = query.lookback_us
+        self.live_vars = frozenset(self.live.variables)
+        self.variables = self.live.variables + self.archived.variables
+        resolve = _resolver(self.live_vars)
+        self.join: list[JoinConjunct] = []
+        for part in _conjuncts(query.join):
+            refs = _refs(part)
+            needs = tuple(
+                sorted(
+                    {(r.var, r.index.at) for r in refs if isinstance(r, AttrRef) and r.index and r.index.kind == "at"}
+                )
+            )
+            self.join.append(JoinConjunct(compile_bool(part, resolve), frozenset(r.var for r in refs), needs, part))
+        self.returns: list[tuple[str, Fn]] = [(item.alias, compile_value(item.expr, resolve)) for item in query.returns]
+        has_trailing = any(p.trailing for p in self.archived.plans)
+        self.archived_deadline_us = self.archived.window_us if has_trailing else None
+        self.live_span_us = live_span_us(self.live)
+        self.key = self._key_plan(query.join, resolve, key_hint)
+        bound = mandatory_vars(self.live) | mandatory_vars(self.archived)
+        self.join = [
+            JoinConjunct(c.fn, c.variables, c.needs, c.expr, c.variables - bound) for c in self.join
+        ]
+        # with a key plan every candidate shares the instance's key: its equality need not be re-checked
+        self.join_same_key = [c for c in self.join if self.key is None or c.expr is not self.key.expr]
+        self.archived_types = tuple(sorted(self.archived.types))
+        self.live_types = frozenset(self.live.types)
+        self.stream_types = frozenset(self.live.types | self.archived.types)
+
+    # ---------------------------------------------------------------- keys
+
+    def _key_plan(
+        self, join: Expr | None, resolve: Callable[[AttrRef | Aggregate], Fn], hint: str | None
+    ) -> KeyPlan | None:
+        if self.archived.strategy == "strict_contiguity" or not self.archived.partition_by:
+            return None
+        live_ok, archived_ok = mandatory_vars(self.live), mandatory_vars(self.archived)
+        found: list[KeyPlan] = []
+        for part in _conjuncts(join):
+            if not isinstance(part, Compare) or part.op != "=":
+                continue
+            for live_side, other in ((part.left, part.right), (part.right, part.left)):
+                if not (isinstance(other, AttrRef) and other.var in archived_ok):
+                    continue
+                if other.attr not in self.archived.partition_by:
+                    continue
+                refs = _refs(live_side)
+                if not refs or any(isinstance(r, Aggregate) or r.var not in live_ok for r in refs):
+                    continue
+                live_attr = live_side.attr if isinstance(live_side, AttrRef) else None
+                found.append(KeyPlan(other.attr, compile_value(live_side, resolve), expr_text(part), live_attr, part))
+        if not found:
+            return None
+        return next((k for k in found if k.attr == hint), found[0])
+
+    def key_of(self, inst: Match) -> Hashable:
+        """The archive key of live instance ``inst`` (None without a key plan, :data:`NO_KEY` when missing)."""
+        if self.key is None:
+            return None
+        value = self.key.live_value(inst.events, {}, None)
+        return NO_KEY if value is None else value
+
+    def archived_key(self, j: Match) -> Hashable:
+        """The key attribute's value of archived instance ``j`` (None without a key plan)."""
+        if self.key is None:
+            return None
+        for evs in j.events.values():
+            if evs:
+                return evs[0].get(self.key.attr)
+        return None
+
+    # ---------------------------------------------------------------- ranges and the join
+
+    def access_range(self, inst: Match) -> Range:
+        """``R_A(I) = [I.start - lookback, I.start)``, int microseconds."""
+        return (inst.start - self.lookback_us, inst.start)
+
+    def qualifies(self, i_start: int, j: Match) -> bool:
+        """Whether archived instance ``j`` lies in the access range of a live instance starting at ``i_start``."""
+        if j.start < i_start - self.lookback_us or j.end >= i_start:
+            return False
+        deadline = self.archived_deadline_us
+        return deadline is None or j.start + deadline < i_start
+
+    def joins(self, inst: Match, j: Match, *, same_key: bool = False) -> bool:
+        """The JOIN condition on the pair (see the module docstring).
+
+        ``same_key``: the caller guarantees ``key_of(inst) == archived_key(j)`` (it took ``j`` from
+        ``inst``'s key), so the key equality is skipped.
+        """
+        conjuncts = self.join_same_key if same_key else self.join
+        if not conjuncts:
+            return True
+        a, b = inst.events, j.events
+        for c in conjuncts:
+            if c.optional and any(not (a.get(v) or b.get(v)) for v in c.optional):
+                continue  # mentions a variable this pair does not bind: ignored, as in WHERE
+            if c.needs and any(len(a.get(v) or b.get(v, ())) < k for v, k in c.needs):
+                return False
+            if not c.fn(a, b, None):
+                return False
+        return True
+
+    def result(self, inst: Match, j: Match) -> Match:
+        """The complex event of a joined pair: both sides' variables, RETURN fields."""
+        a, b = inst.events, j.events
+        fields = {alias: fn(a, b, None) for alias, fn in self.returns}
+        return Match(self.name, {**a, **b}, min(inst.start, j.start), max(inst.end, j.end), fields)
+
+
+def _named(side: PatternQuery, name: str | None) -> PatternQuery:
+    return PatternQuery(
+        side.pattern, side.where, side.partition_by, side.strategy, side.within_us, side.returns, name, side.pos
+    )
+
+
+def compile_live_archived(
+    source: str | LiveArchivedQuery, schemas: Schema | None = None, *, key_hint: str | None = None
+) -> LiveArchivedPlan:
+    """Compile LQL text (or a parsed ``LIVE ... ARCHIVED ...`` query) for the algorithms of 001 section 4.
+
+    Parameters
+    ----------
+    source : str | LiveArchivedQuery
+    schemas : dict, optional
+        Event type -> {attribute -> type}, for the type checks.
+    key_hint : str, optional
+        Prefer this archived PARTITION BY attribute as the archive key when the JOIN equates several
+        (e.g. the attribute the archive is keyed by).
+
+    Raises
+    ------
+    QueryError
+        With line and column, for a bad query or a live-only query.
+    """
+    if isinstance(source, str):
+        from engine.lql.parser import parse
+
+        query = parse(source, schemas)
+    else:
+        query = source
+    if not isinstance(query, LiveArchivedQuery):
+        raise QueryError.at(getattr(query, "pos", None), "not a live-and-archived query (LIVE ... ARCHIVED ...)")
+    return LiveArchivedPlan(query, schemas, key_hint=key_hint)
+
+
+def merge_ranges(ranges: Sequence[Range]) -> list[Range]:
+    """Sorted disjoint half-open intervals covering ``ranges`` (touching ones merge, empty ones drop).
+
+    >>> merge_ranges([(5, 9), (0, 3), (3, 4), (8, 12), (20, 20)])
+    [(0, 4), (5, 12)]
+    """
+    out: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if hi <= lo:
+            continue
+        if out and lo <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], hi)
+        else:
+            out.append([lo, hi])
+    return [(lo, hi) for lo, hi in out]
+
+
+__all__ = [
+    "NO_KEY",
+    "JoinConjunct",
+    "KeyPlan",
+    "LiveArchivedPlan",
+    "compile_live_archived",
+    "live_span_us",
+    "mandatory_vars",
+    "merge_ranges",
+]

@@ -1,0 +1,207 @@
+"""The Delta archive as an :class:`engine.live_archived.source.ArchiveSource` (DESIGN.md sections 7, 8).
+
+:class:`SparkArchiveSource` adapts :class:`archive.extractor.Extractor` (one Spark job per archive
+request, unflushed events from the recent buffer included; Arrow rows become
+:class:`engine.events.Event`) and :class:`archive.stats.ArchiveStats` (counts and sampled
+selectivities for OLLAA). :class:`GrowingDeltaArchive` is the archive of ``lace replay --backend
+spark``: events go through an :class:`archive.writer.ArchiveWriter` as the stream passes, in
+batches, and every read first appends what is still pending, so a request sees every event pushed
+before it ("flushed or still in the recent buffer").
+
+Keys: the extractor selects by each event type's key attribute. When the archived side's key
+attribute (the JOIN's PARTITION BY attribute) is the key of every requested type, keys go to
+Spark; otherwise the request is by time only and the keys are filtered here.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from engine.compiler import CompiledQuery
+from engine.events import Event
+from engine.live_archived.plan import Range
+from engine.live_archived.source import Ranges, normalize_request
+from engine.matcher import Matcher
+
+if TYPE_CHECKING:
+    from archive.extractor import Extractor
+    from archive.schema import EventType
+    from archive.stats import ArchiveStats
+    from archive.writer import ArchiveWriter
+
+MIN_US = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z: Spark timestamps start there
+MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+EXACT_SELECTIVITY_BELOW = 1_000  # archived events: below this, selectivity is computed exactly here
+
+
+def _clamp(rng: Range) -> Range:
+    return (max(rng[0], MIN_US), min(rng[1], MAX_US))
+
+
+def key_for(value: Hashable, kind: str) -> Hashable | None:
+    """``value`` as a key of attribute type ``kind`` (None when no event of that type can equal it).
+
+    >>> key_for(3.0, "int"), key_for(3, "float"), key_for(3, "string"), key_for("x", "string")
+    (3, 3.0, None, 'x')
+    """
+    if isinstance(value, bool):
+        return value if kind == "bool" else None
+    if kind == "string":
+        return value if isinstance(value, str) else None
+    if kind == "int":
+        if isinstance(value, int):
+            return value
+        return int(value) if isinstance(value, float) and value.is_integer() else None
+    if kind in ("float", "timestamp"):
+        if isinstance(value, (int, float)):
+            return float(value) if kind == "float" else (int(value) if float(value).is_integer() else None)
+    return None
+
+
+class SparkArchiveSource:
+    """Archive requests and statistics over the Delta archive (see the module docstring).
+
+    Parameters
+    ----------
+    extractor : archive.extractor.Extractor
+        Built over an :class:`archive.reader.ArchiveReader` and, when the writer is in this
+        process, its recent buffer.
+    stats : archive.stats.ArchiveStats, optional
+        Default: over ``extractor``.
+    before_read : callable, optional
+        Called before every read (e.g. :meth:`GrowingDeltaArchive.sync`).
+    """
+
+    def __init__(
+        self,
+        extractor: Extractor,
+        *,
+        stats: ArchiveStats | None = None,
+        before_read: Callable[[], None] | None = None,
+    ) -> None:
+        from archive.stats import ArchiveStats
+
+        self.extractor = extractor
+        self.stats = stats if stats is not None else ArchiveStats(extractor)
+        self.before_read = before_read
+        self.requests = 0
+
+    def _known(self, types: Iterable[str]) -> dict[str, EventType]:
+        catalog = self.extractor.reader.types()
+        return {name: catalog[name] for name in dict.fromkeys(types) if name in catalog}
+
+    def extract(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+    ) -> list[Event]:
+        """See :meth:`engine.live_archived.source.ArchiveSource.extract`: one Spark job."""
+        from archive.schema import output_to_events
+
+        if self.before_read is not None:
+            self.before_read()
+        etypes = self._known(types)
+        request = normalize_request(keys, ranges)
+        if not etypes or not request:
+            return []
+        request = {k: [_clamp(r) for r in rs] for k, rs in request.items()}
+        keyed = None not in request
+        kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
+        by_spark = keyed and all(t.key == key_attr for t in etypes.values()) and len(kinds) == 1
+        self.requests += 1
+        if by_spark:
+            kind = next(iter(kinds))
+            typed: dict[Hashable, list[Range]] = {}
+            for k, rs in request.items():
+                tk = key_for(k, kind or "")
+                if tk is not None:
+                    typed.setdefault(tk, []).extend(rs)
+            if not typed:
+                return []
+            table = self.extractor.extract(list(etypes), None, typed)
+            return output_to_events(table)
+        if not keyed:
+            return output_to_events(self.extractor.extract(list(etypes), None, request[None]))
+        union = [r for rs in request.values() for r in rs]
+        events = output_to_events(self.extractor.extract(list(etypes), None, union))
+        return [e for e in events if _in(e, request, key_attr)]
+
+    def count(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
+    ) -> int:
+        """Archived events of ``types`` in ``range`` (Delta counts plus the recent buffer)."""
+        if self.before_read is not None:
+            self.before_read()
+        etypes = self._known(types)
+        if not etypes:
+            return 0
+        rng = _clamp(range)
+        key_list = None if keys is None else list(keys)
+        if key_list is not None and not all(t.key == key_attr for t in etypes.values()):
+            return len(self.extract(list(etypes), key_list, [rng], key_attr=key_attr))
+        counts = self.stats.counts(list(etypes), ranges=[rng], keys=key_list)
+        n = int(sum(counts.column("events").to_pylist()))
+        buffer = self.extractor.buffer
+        if buffer is not None:
+            from archive.ranges import make_request
+
+            n += buffer.query(list(etypes), make_request(key_list, [rng])).num_rows
+        return n
+
+    def selectivity(self, query: CompiledQuery, range: Range) -> float:
+        """``N_P / |S|`` over ``range``: sampled by :class:`archive.stats.ArchiveStats`, exact when small."""
+        rng = _clamp(range)
+        names = list(self._known(sorted(query.types)))
+        if not names:
+            return 0.0
+        if self.before_read is not None:
+            self.before_read()
+        estimate = self.stats.selectivity(query, ranges=[rng])
+        if estimate.events >= EXACT_SELECTIVITY_BELOW:
+            return float(estimate.value)
+        events = self.extract(names, None, [rng])
+        if not events:
+            return 0.0
+        matcher = Matcher(query)
+        n = sum(len(matcher.push(e)) for e in events) + len(matcher.flush())
+        return n / len(events)
+
+
+def _in(event: Event, request: Mapping[Hashable, Sequence[Range]], key_attr: str | None) -> bool:
+    rs = request.get(event.get(key_attr)) if key_attr is not None else None
+    return rs is not None and any(lo <= event.ts < hi for lo, hi in rs)
+
+
+class GrowingDeltaArchive:
+    """The archive of a replay on Spark: events appended as they pass, read through :class:`SparkArchiveSource`.
+
+    Parameters
+    ----------
+    writer : archive.writer.ArchiveWriter
+    batch : int
+        Append to the writer (WAL, recent buffer) once this many events are pending, and before
+        any read.
+    """
+
+    def __init__(self, writer: ArchiveWriter, *, batch: int = 5_000) -> None:
+        self.writer = writer
+        self.batch = batch
+        self.pending: list[Event] = []
+        self.appended = 0
+
+    def append(self, event: Event) -> None:
+        self.pending.append(event)
+        if len(self.pending) >= self.batch:
+            self.sync()
+
+    def sync(self) -> None:
+        """Append every pending event to the writer."""
+        if self.pending:
+            self.appended += self.writer.append(self.pending)
+            self.pending = []
+
+    def source(self, **kw: Any) -> SparkArchiveSource:
+        """A :class:`SparkArchiveSource` over this archive (the writer's recent buffer included)."""
+        from archive.extractor import Extractor
+        from archive.reader import ArchiveReader
+
+        reader = ArchiveReader(self.writer.root, **kw)
+        return SparkArchiveSource(Extractor(reader, buffer=self.writer.buffer), before_read=self.sync)

@@ -1,0 +1,210 @@
+"""``lace replay``: an event file played as a live stream against the archive it builds (DESIGN.md section 12).
+
+The file is read, sorted by ``(ts, id)`` and played event by event. Every event is archived before
+the live side sees it, so the archive grows as the stream advances and a live instance finds every
+event before its start there: in a :class:`~engine.live_archived.source.MemoryArchive`
+(``backend="memory"``), or in the Delta archive at ``archive_dir`` through an
+:class:`archive.writer.ArchiveWriter`, read back through Spark (``backend="spark"``). A
+live-and-archived query runs with one of ALAA, LLAA, OLLAA or SLLAA; a live-only query runs like
+``lace match``.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from engine.events import Event
+from engine.live_archived.plan import compile_live_archived
+from engine.live_archived.runner import make_runner, replay
+from engine.live_archived.source import MemoryArchive
+from engine.lql.ast import LiveArchivedQuery
+from engine.lql.parser import parse
+from engine.match import Match
+from engine.matcher import LateEventError, Matcher
+from engine.pm.store import PartialMatchStore
+
+
+class ReplayError(ValueError):
+    """A problem with the replay's inputs (one line, for ``error: ...``)."""
+
+
+@dataclass(slots=True)
+class ReplayOptions:
+    """How to replay (see ``lace replay --help``); durations in int microseconds."""
+
+    algorithm: str = "sllaa"
+    tolerance_us: int = 60_000_000
+    max_batch: int = 1_000
+    pm_capacity: int | None = None
+    pm_policy: str = "stpm"
+    pm_store: PartialMatchStore | None = None
+    backend: str = "spark"
+    archive_dir: Path | None = None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "float"
+    return "string"
+
+
+def infer_event_types(events: Iterable[Event], key_attr: str | None = None) -> list[Any]:
+    """Archive event types from the events themselves: each attribute typed by its values.
+
+    ``int`` and ``float`` values together make ``float``; ``key_attr`` becomes the key of every type
+    that has it.
+
+    Raises
+    ------
+    ReplayError
+        When an attribute mixes strings (or booleans) with numbers, or a name is not allowed.
+    """
+    from archive.schema import AttrType, EventType, SchemaError
+
+    kinds: dict[str, dict[str, str]] = {}
+    for e in events:
+        attrs = kinds.setdefault(e.type, {})
+        for name, value in e.attrs.items():
+            k = _kind(value)
+            seen = attrs.get(name)
+            if seen is None or seen == k:
+                attrs[name] = k
+            elif {seen, k} == {"int", "float"}:
+                attrs[name] = "float"
+            else:
+                raise ReplayError(f"attribute {name!r} of type {e.type} has {seen} and {k} values (event {e.id})")
+    try:
+        return [
+            EventType(name, cast(dict[str, AttrType], attrs), key_attr if key_attr in attrs else None)
+            for name, attrs in sorted(kinds.items())
+        ]
+    except SchemaError as exc:
+        raise ReplayError(f"cannot archive these events: {exc}") from None
+
+
+def run_replay(
+    query_text: str, events: Sequence[Event], options: ReplayOptions, sink: Callable[[Match], object]
+) -> dict[str, Any]:
+    """Replay ``events`` (sorted by ts here) through the query; every result goes to ``sink``.
+
+    Returns
+    -------
+    dict
+        The counters: events, late events, results, the algorithm's counters (DESIGN.md
+        section 7) and the live matcher's (section 6), and the archive writer's with Spark.
+
+    Raises
+    ------
+    QueryError
+        For a bad query.
+    ReplayError
+        For bad inputs (a non-empty archive directory, events that cannot be archived).
+    """
+    query = parse(query_text)
+    ordered = sorted(events, key=Event.order_key)
+    started = time.perf_counter()
+    if not isinstance(query, LiveArchivedQuery):
+        stats = _live_only(query_text, ordered, options, sink)
+    elif options.backend == "memory":
+        plan = compile_live_archived(query)
+        archive = MemoryArchive()
+        runner = make_runner(options.algorithm, plan, archive, **_runner_options(options))
+        stats = _drive(ordered, runner, archive.append, sink)
+    else:
+        stats = _on_spark(query, ordered, options, sink)
+    stats.update(backend=options.backend, events_read=len(events), elapsed_s=round(time.perf_counter() - started, 6))
+    return stats
+
+
+def _runner_options(options: ReplayOptions) -> dict[str, Any]:
+    return {
+        "tolerance_us": options.tolerance_us,
+        "max_batch": options.max_batch,
+        "pm_capacity": options.pm_capacity,
+        "pm_policy": options.pm_policy,
+        "pm_store": options.pm_store,
+    }
+
+
+Sink = Callable[[Match], object]
+
+
+def _drive(events: Sequence[Event], runner: Any, archive: Callable[[Event], None], sink: Sink) -> dict[str, Any]:
+    n = 0
+    for m in replay(events, runner, archive):
+        sink(m)
+        n += 1
+    stats: dict[str, Any] = {"query": runner.plan.name, **runner.stats()}
+    stats["late_events"] = stats["live_matcher"].get("late", 0)
+    return stats
+
+
+def _live_only(query_text: str, events: Sequence[Event], options: ReplayOptions, sink: Sink) -> dict[str, Any]:
+    from engine.compiler import compile_query
+
+    compiled = compile_query(query_text)
+    matcher = Matcher(compiled, pm_capacity=options.pm_capacity, pm_policy=options.pm_policy, pm_store=options.pm_store)
+    writer = _open_writer(options, events, None) if options.backend == "spark" else None
+    n = late = 0
+    try:
+        for e in events:
+            if writer is not None:
+                writer.append(e)
+            try:
+                found = matcher.push(e)
+            except LateEventError:
+                late += 1
+                continue
+            for m in found:
+                sink(m)
+            n += len(found)
+        for m in matcher.flush():
+            sink(m)
+            n += 1
+    finally:
+        if writer is not None:
+            writer.sync()
+            writer.writer.close()
+    stats: dict[str, Any] = {"query": compiled.name, "algorithm": None, "results": n, "late_events": late}
+    stats["live_matcher"] = matcher.stats()
+    if writer is not None:
+        stats["archive"] = writer.writer.stats()
+    return stats
+
+
+def _open_writer(options: ReplayOptions, events: Sequence[Event], key_attr: str | None) -> Any:
+    from archive.writer import ArchiveWriter
+    from service.archived_source import GrowingDeltaArchive
+
+    root = options.archive_dir
+    if root is None:
+        raise ReplayError("--archive DIR is needed")
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise ReplayError(f"{root}: the archive directory must be new or empty (lace replay archives the events there)")
+    types = infer_event_types(events, key_attr)
+    # flush by size only (a replay runs faster than real time); reads see the recent buffer anyway
+    writer = ArchiveWriter(root, types=types, flush_rows=5_000, flush_age_s=3_600.0)
+    return GrowingDeltaArchive(writer)
+
+
+def _on_spark(query: LiveArchivedQuery, events: Sequence[Event], options: ReplayOptions, sink: Sink) -> dict[str, Any]:
+    plan = compile_live_archived(query)
+    key_attr = plan.key.attr if plan.key is not None else None
+    archive = _open_writer(options, events, key_attr)
+    try:
+        source = archive.source()
+        runner = make_runner(options.algorithm, plan, source, **_runner_options(options))
+        stats = _drive(events, runner, archive.append, sink)
+        stats["extractor_calls"] = source.requests
+    finally:
+        archive.sync()
+        archive.writer.close()
+    stats["archive"] = archive.writer.stats()
+    return stats
