@@ -161,7 +161,12 @@ def _walk_refs(
             raise QueryError.at(expr.pos, f"'{expr.var}' is not a Kleene variable and cannot be indexed")
         if info.kind == "kleene" and expr.index is None:
             v = expr.var
-            hint = f"{v}[1] or an aggregate such as count({v})" if clause == "RETURN" else f"{v}[i] or {v}[1]"
+            if clause == "RETURN":
+                hint = f"{v}[1] or an aggregate such as count({v})"
+            elif clause == "WHERE":
+                hint = f"{v}[i] or {v}[1]"
+            else:
+                hint = f"{v}[1] or {v}[last]"
             raise QueryError.at(expr.pos, f"Kleene variable '{expr.var}' needs an index such as {hint}")
         if expr.index is not None and expr.index.kind in ("i", "prev") and clause != "WHERE":
             raise QueryError.at(expr.pos, f"{ast.expr_text(expr)} is only allowed in WHERE")

@@ -367,3 +367,8 @@ def test_duplicate_return_name():
 
 def test_a_clause_given_twice_is_an_error_at_the_second_one():
     check("PATTERN SEQ(A a, B b)\nWITHIN 1 s\nWITHIN 2 s", 3, 1, "duplicate WITHIN clause")
+
+
+def test_a_bare_kleene_variable_in_join_suggests_first_or_last():
+    text = "LIVE PATTERN SEQ(A a, B+ b[])\nARCHIVED PATTERN C c\nLOOKBACK 1 h\nJOIN b.x = c.x"
+    check(text, 4, 6, "needs an index such as b[1] or b[last]")
