@@ -104,6 +104,10 @@ def compare(events: list[Event], window_s: float, store_url: str | None, fractio
 def _store(url: str | None):
     from service.pm_store import SqlPartialMatchStore
 
+    if url == "memory":
+        from engine.pm.store import MemoryStore
+
+        return MemoryStore()
     if url is None:
         url = f"sqlite:///{tempfile.mkdtemp(prefix='lace-stpm-')}/pms.sqlite"
     return SqlPartialMatchStore(url)
@@ -178,11 +182,12 @@ def _table(rows: list[dict], x: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--store", default=None, help="SQLAlchemy URL of the partial-match store (default: SQLite file)")
+    ap.add_argument("--store", default=None,
+                    help="SQLAlchemy URL of the partial-match store (default: a SQLite file; 'memory': in-process)")
     ap.add_argument("--window", type=float, default=600.0, help="WITHIN, seconds")
     ap.add_argument("--n", type=int, default=50_000, help="N_S for the M_Ratio sweep")
     ap.add_argument("--ratios", default="0.1,0.25,0.5,0.75,1.0")
-    ap.add_argument("--sizes", default="10000,25000,50000,100000")
+    ap.add_argument("--sizes", default="10000,25000,50000,100000", help="N_S sweep; with --aarhus, 0 runs only Aarhus")
     ap.add_argument("--aarhus", action="store_true")
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--tag", default="sqlite", help="suffix of the PNG names")
@@ -191,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     globals()["STRATEGY"] = a.strategy
     if a.overhead:
         print(json.dumps(overhead()))
+        return 0
+    if a.aarhus and a.sizes == "0":
+        print(json.dumps(aarhus(a.store)))
         return 0
     by_ratio = []
     for ratio in (float(x) for x in a.ratios.split(",")):
