@@ -32,7 +32,9 @@ def main(shared: Path) -> None:
         w = csv.writer(out)
         w.writerow(["id", "type", "ts", "key", "avg_speed", "vehicle_count", "ndt_kmh"])
         for i, row in enumerate(csv.DictReader(f), start=1):
-            w.writerow([i, "traffic", row["ts_ms"], row["key"], row["avg_speed"], row["vehicle_count"], ndt[row["key"]]])
+            w.writerow(
+                [i, "traffic", row["ts_ms"], row["key"], row["avg_speed"], row["vehicle_count"], ndt[row["key"]]]
+            )
     t = pq.read_table(shared / "equity" / "lean_trade_bars_1m.parquet")
     lo, hi = 1381118400000, 1381550400000  # 2013-10-07 00:00 .. 2013-10-12 00:00 New York
     mask = pc.and_(
