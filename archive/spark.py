@@ -24,6 +24,7 @@ Local masters also bind to 127.0.0.1.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 import threading
 import time
@@ -164,6 +165,8 @@ def get_spark(settings: SparkSettings | None = None, *, warm: bool = True) -> Sp
         time.tzset()
         if settings.master.startswith("local"):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+            # Python workers (applyInArrow in backfills) need this interpreter's packages, not plain python3
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from pyspark.sql import SparkSession
 
         t0 = time.perf_counter()

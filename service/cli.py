@@ -279,13 +279,23 @@ def _open_out(out: Path | None) -> TextIO:
 def demo(
     speed: float = typer.Option(0.0, help="event-time seconds replayed per wall second (0: as fast as possible)"),
     show: int = typer.Option(6, help="alerts printed per query; the rest are counted"),
+    tolerance: float = typer.Option(
+        14_400.0, help="SLLAA's tolerated delay T_L for the live-and-archived queries, event-time seconds"
+    ),
 ) -> None:
-    """The main job: replay bundled real data (Aarhus traffic, US equity bars) live and print alerts."""
+    """The main job: archive the first part of bundled real data (Aarhus traffic, US equity bars), replay the
+    rest live through live-only and live-and-archived queries, print alerts and a summary (needs Java 17)."""
+    import shutil
+
     from service.demo import run_demo
 
     if speed < 0:
         fail("--speed must be >= 0")
-    run_demo(speed=speed, show=show)
+    if tolerance < 0:
+        fail("--tolerance must be >= 0")
+    if shutil.which("java") is None:
+        fail("lace demo needs Java 17 on PATH (Spark reads the archive); e.g. apt-get install openjdk-17-jre-headless")
+    run_demo(speed=speed, show=show, tolerance_s=tolerance)
 
 
 def _not_implemented(command: str) -> NoReturn:
@@ -474,10 +484,87 @@ def replay(
             fail(f"{stats}: {e.strerror or e}")
 
 
-@app.command(context_settings=_STUB)
-def backfill() -> None:
-    """Evaluate a query over archived history on Spark (not implemented yet)."""
-    _not_implemented("backfill")
+def parse_time_us(text: str) -> int:
+    """``--from`` / ``--to``: epoch milliseconds, or ISO-8601 with a UTC offset -> int microseconds UTC.
+
+    >>> parse_time_us("1000"), parse_time_us("1970-01-01T00:00:01Z")
+    (1000000, 1000000)
+    """
+    from engine.io import parse_iso_us
+
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text) * 1_000
+    return parse_iso_us(text)
+
+
+@app.command()
+def backfill(
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file (a live query).")],
+    archive: Annotated[Path, typer.Option("--archive", "-a", help="Archive root directory.")],
+    from_: Annotated[str, typer.Option("--from", help="Start (inclusive): ISO-8601 with offset, or epoch ms.")],
+    to: Annotated[str, typer.Option("--to", help="End (exclusive): ISO-8601 with offset, or epoch ms.")],
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write matches here (JSONL); default stdout.")] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar on stderr.")] = True,
+) -> None:
+    """Evaluate a query over archived history [from, to) on Spark; one JSON object per match."""
+    text = _read_text(query)
+    try:
+        from_us = parse_time_us(from_)
+    except ValueError as e:
+        fail(f"--from: {e}")
+    try:
+        to_us = parse_time_us(to)
+    except ValueError as e:
+        fail(f"--to: {e}")
+    if to_us <= from_us:
+        fail("--to must be after --from")
+    if not archive.is_dir():
+        fail(f"{archive}: no such archive directory")
+    if shutil.which("java") is None:
+        fail("lace backfill needs Java 17 on PATH (Spark reads the archive)")
+
+    from archive.backfill import BackfillError, Progress, run_backfill
+
+    bar: Any = None
+    task: Any = None
+    if progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import Progress as RichProgress
+
+        bar = RichProgress(
+            TextColumn("backfill"), BarColumn(), TextColumn("{task.percentage:>5.1f}% tasks"),
+            TextColumn("{task.fields[events]:,} events"), TimeElapsedColumn(),
+            console=Console(stderr=True), transient=True,
+        )
+        task = bar.add_task("backfill", total=100.0, events=0)
+        bar.start()
+
+    def report(p: Progress) -> None:
+        if bar is not None:
+            bar.update(task, completed=p.percent, events=p.events)
+
+    try:
+        result = run_backfill(archive, text, from_us, to_us, progress=report)
+    except BackfillError as e:
+        fail(f"{query}: {e}" if str(e).startswith("bad query") else str(e))
+    finally:
+        if bar is not None:
+            bar.stop()
+    sink = _open_out(out)
+    try:
+        for line in result.lines:
+            sink.write(line + "\n")
+        sink.flush()
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+    typer.echo(
+        f"backfill {result.backfill_id}: {len(result.lines)} matches, {result.events_scanned} events scanned, "
+        f"{result.elapsed_s:.1f} s" + (f"; results in {result.results_uri}" if result.results_uri else ""),
+        err=True,
+    )
 
 
 if __name__ == "__main__":

@@ -45,9 +45,12 @@ def test_demo_rejects_a_negative_speed():
     assert_user_error(invoke("demo", "--speed", "-1"), "error: --speed must be >= 0")
 
 
-@pytest.mark.parametrize("command", ["backfill"])
-def test_unimplemented_commands_exit_2_with_one_line(command):
-    assert_user_error(invoke(command, "--anything", "x"), f"error: lace {command} is not implemented yet")
+def test_backfill_rejects_a_bad_time_with_one_line(tmp_path):
+    q = tmp_path / "q.lql"
+    q.write_text("PATTERN SEQ(a x, b y) WITHIN 1 min")
+    result = invoke("backfill", "--query", str(q), "--archive", str(tmp_path), "--from", "soon", "--to", "1")
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith("error: --from: ")
 
 
 @pytest.mark.parametrize(

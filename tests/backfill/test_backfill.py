@@ -1,0 +1,159 @@
+"""Backfill on Spark (issue 7): results equal the live Matcher's on the same events (demo slices)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from archive.backfill import BackfillError, read_results, run_backfill
+from archive.schema import EventType
+from archive.writer import ArchiveWriter
+from engine.compiler import compile_query
+from engine.events import Event
+from engine.io import match_line, read_events
+from engine.matcher import Matcher
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+DEMO = Path(__file__).resolve().parents[2] / "service" / "demo_data"
+DAY_US = 86_400_000_000
+
+SPEED_DROP = """NAME speed_drop
+PATTERN SEQ(traffic a, traffic b)
+WHERE b.avg_speed < 0.8 * a.avg_speed AND a.vehicle_count > 0
+PARTITION BY key
+STRATEGY partition_contiguity
+WITHIN 1 hour
+RETURN a.key AS segment, a.avg_speed AS before_kmh, b.avg_speed AS after_kmh
+"""
+
+
+def one_segment(key: int) -> str:
+    """A query without PARTITION BY (the whole stream is one group)."""
+    return f"""NAME one_segment_slowdown
+PATTERN SEQ(traffic a, traffic+ b[], traffic c)
+WHERE a.key = {key} AND b[i].key = {key} AND c.key = {key}
+  AND b[i].avg_speed < a.avg_speed AND c.avg_speed >= a.avg_speed
+STRATEGY skip_till_next_match
+WITHIN 1 hour
+RETURN count(b) AS slow_readings
+"""
+
+
+def infer_type(name: str, events: list[Event], key: str) -> EventType:
+    kinds: dict[str, str] = {}
+    for e in events:
+        for a, v in e.attrs.items():
+            k = "bool" if isinstance(v, bool) else "int" if isinstance(v, int) else "float" if isinstance(
+                v, float) else "string"
+            old = kinds.get(a, k)
+            kinds[a] = "float" if {old, k} == {"int", "float"} else old
+    return EventType(name, kinds, key=key)
+
+
+def as_archived(etype: EventType, events: list[Event]) -> list[Event]:
+    """The events as the archive holds them (ints of a float attribute become floats)."""
+    out = []
+    for e in events:
+        attrs = {a: float(v) if etype.attributes[a] == "float" and v is not None else v for a, v in e.attrs.items()}
+        out.append(Event(e.id, e.type, e.ts, attrs))
+    return out
+
+
+def live_lines(query: str, events: list[Event], from_us: int, to_us: int) -> list[str]:
+    """What live detection gives on the events in [from - WITHIN, to), starting in [from, to)."""
+    compiled = compile_query(query)
+    lo = from_us - (compiled.window_us or 0)
+    matcher = Matcher(compiled)
+    found = []
+    for e in sorted(events, key=lambda e: (e.ts, e.id)):
+        if lo <= e.ts < to_us:
+            found += matcher.push(e)
+    found += matcher.flush()
+    kept = [m for m in found if from_us <= m.start < to_us]
+    return sorted((match_line(m) for m in kept), key=lambda s: (json.loads(s)["start"], json.loads(s)["end"], s))
+
+
+@pytest.fixture(scope="module")
+def demo_archive(tmp_path_factory):
+    """Traffic (6 segments, 3 days) and equity bars (3 days) archived with ArchiveWriter."""
+    root = tmp_path_factory.mktemp("backfill") / "archive"
+    traffic = list(read_events(DEMO / "traffic_slice.csv"))
+    keys = sorted({e.attrs["key"] for e in traffic})[:6]
+    t0 = min(e.ts for e in traffic)
+    traffic = [e for e in traffic if e.attrs["key"] in keys and e.ts < t0 + 3 * DAY_US]
+    bars = list(read_events(DEMO / "bars_1m.csv"))
+    b0 = min(e.ts for e in bars) // DAY_US * DAY_US
+    bars = [Event(e.id + 10_000_000, e.type, e.ts, e.attrs) for e in bars if e.ts < b0 + 3 * DAY_US]
+    ttype, btype = infer_type("traffic", traffic, "key"), infer_type("bar", bars, "key")
+    traffic, bars = as_archived(ttype, traffic), as_archived(btype, bars)
+    with ArchiveWriter(root, types=[ttype, btype], fsync=False, flush_rows=2_000) as w:
+        w.append(traffic)
+        w.append(bars)
+    return {"root": root, "traffic": traffic, "bars": bars, "keys": keys, "t0": t0, "b0": b0}
+
+
+def check(spark, demo, query, events, from_us, to_us):
+    seen = []
+    result = run_backfill(demo["root"], query, from_us, to_us, spark=spark, progress=seen.append)
+    expected = live_lines(query, events, from_us, to_us)
+    assert expected, "the case must have matches"
+    assert result.lines == expected
+    assert result.events_scanned > 0
+    assert seen and seen[-1].percent == 100.0
+    stored = read_results(demo["root"], result.backfill_id)
+    assert sorted(stored.column("match").to_pylist()) == sorted(expected)
+    return result
+
+
+def test_partitioned_query_whole_range_spans_day_boundaries(spark, demo_archive):
+    d = demo_archive
+    result = check(spark, d, SPEED_DROP, d["traffic"], d["t0"], d["t0"] + 3 * DAY_US)
+    assert any(m["start"] // DAY_US != m["end"] // DAY_US for m in result.matches)
+
+
+def test_unpartitioned_query_mid_range_spans_day_boundaries(spark, demo_archive):
+    d = demo_archive
+    query = one_segment(d["keys"][0])
+    assert compile_query(query).partition_by == ()
+    lo, hi = d["t0"] + DAY_US // 2, d["t0"] + 2 * DAY_US + DAY_US // 3
+    result = check(spark, d, query, d["traffic"], lo, hi)
+    assert any(m["start"] // DAY_US != m["end"] // DAY_US for m in result.matches)
+
+
+def test_equity_demo_query(spark, demo_archive):
+    d = demo_archive
+    query = (DEMO / "queries" / "drop_then_rebound.lql").read_text()
+    check(spark, d, query, d["bars"], d["b0"] + DAY_US, d["b0"] + 3 * DAY_US)
+
+
+def test_bad_query_and_unknown_type_give_clean_errors(spark, demo_archive):
+    root = demo_archive["root"]
+    with pytest.raises(BackfillError, match=r"bad query: line \d+, column \d+"):
+        run_backfill(root, "PATTERN SEQ(traffic a,", 0, DAY_US, spark=spark)
+    with pytest.raises(BackfillError, match="unknown event type"):
+        run_backfill(root, "PATTERN SEQ(nosuch a, nosuch b) WITHIN 1 min", 0, DAY_US, spark=spark)
+    with pytest.raises(BackfillError, match="empty range"):
+        run_backfill(root, SPEED_DROP, DAY_US, 0, spark=spark)
+
+
+def test_cli_backfill_writes_jsonl(spark, demo_archive, tmp_path):
+    from service.cli import app
+
+    d = demo_archive
+    qfile = tmp_path / "q.lql"
+    qfile.write_text(SPEED_DROP)
+    out = tmp_path / "out.jsonl"
+    lo, hi = d["t0"] + DAY_US, d["t0"] + 2 * DAY_US
+    args = ["backfill", "--query", str(qfile), "--archive", str(d["root"]), "--from", str(lo // 1000),
+            "--to", str(hi // 1000), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert out.read_text().splitlines() == live_lines(SPEED_DROP, d["traffic"], lo, hi)
+
+    bad = CliRunner().invoke(app, ["backfill", "--query", str(qfile), "--archive", str(d["root"]),
+                                   "--from", "yesterday", "--to", "1"])
+    assert bad.exit_code == 2
+    assert bad.stderr.strip().startswith("error: --from")
