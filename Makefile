@@ -27,13 +27,13 @@ $(STAMP): pyproject.toml $(wildcard */__init__.py)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-test: venv  ## run the whole test suite, slow tests included
+test: check-java venv  ## run the whole test suite, slow tests included
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: venv  ## run the tests not marked slow
+test-fast: check-java venv  ## run the tests not marked slow
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: venv  ## run the main job (lace demo)
+demo: check-java venv  ## run the main job (lace demo)
 	$(LACE_VENV)/bin/lace demo
 
 serve: venv  ## run the REST service (lace serve; settings from LACE_* variables)
