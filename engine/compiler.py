@@ -23,9 +23,6 @@ from engine.match import Match
 from engine.nfa.compiler import NFAPlan, PlanCompiler
 from engine.nfa.plans import expand
 
-SKIP = object()
-"""Returned by :meth:`CompiledQuery.key_of` for an event that cannot take part in any match."""
-
 
 @dataclass(slots=True)
 class CompiledQuery:
@@ -62,7 +59,7 @@ class CompiledQuery:
     variables: tuple[str, ...]
 
     def key_of(self, event: Event) -> Hashable:
-        """The partition key of ``event`` (None without PARTITION BY), or :data:`SKIP`."""
+        """The partition key of ``event``: None without PARTITION BY, the value of one attribute, or a tuple."""
         pb = self.partition_by
         if not pb:
             return None

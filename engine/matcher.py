@@ -18,7 +18,7 @@ from collections.abc import Hashable
 from typing import Any, Literal
 
 from engine.buffer.chain import ChainStorage
-from engine.compiler import SKIP, CompiledQuery
+from engine.compiler import CompiledQuery
 from engine.events import Event
 from engine.match import Match
 from engine.nfa.counters import Counters
@@ -31,6 +31,7 @@ END_OF_TIME = (1 << 63) - 1
 SWEEP_EVERY_US = 10_000_000
 """Sweeping every key for expired partial matches costs O(keys); do it at most every 10 s of event time."""
 _BEGIN = (-(1 << 63), -(1 << 63))
+_NO_KEY = object()  # strict contiguity: no event released yet
 
 
 class LateEventError(ValueError):
@@ -119,7 +120,7 @@ class Matcher:
         self._seq = 0
         self._out: list[Match] = []
         self._strict = query.strategy == "strict_contiguity"
-        self._last_key: Any = SKIP
+        self._last_key: Any = _NO_KEY
         self._next_sweep = -(1 << 63)
         self._trailing_types = frozenset(t for p in query.plans for n in p.trailing for t in n.types)
         self._types = query.types
@@ -257,10 +258,7 @@ class Matcher:
             self._emit_pending(e.ts - 1)
         self.counters.events += 1
         key = e.attrs.get(self._key_attr) if self._key_attr is not None else self.query.key_of(e)
-        if key is SKIP:
-            self.counters.ignored += 1
-            return
-        if self._strict and self._last_key is not SKIP and self._last_key != key:
+        if self._strict and self._last_key is not _NO_KEY and self._last_key != key:
             old = self.states.get(self._last_key)
             if old is not None:
                 for engine, st in zip(self.engines, old):

@@ -15,7 +15,7 @@ class Counters:
     late : int
         Events rejected as late.
     ignored : int
-        Events of types the query does not mention, or missing an equivalence attribute.
+        Events of types the query does not mention.
     created : int
         Partial matches created (chain storage: nodes; run storage: runs).
     copied : int
