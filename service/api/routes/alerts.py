@@ -7,10 +7,11 @@ from fastapi import APIRouter, Query
 from sqlalchemy import select
 
 from service.api.deps import ReadKey, SessionDep
+from service.api.paging import page
 from service.core.errors import ApiError
 from service.db.models import AlertRow
 from service.schemas.alerts import AlertPage, AlertPublic
-from service.schemas.common import ERRORS, Id, decode_cursor, encode_cursor, iso, parse_wire_ts
+from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
 
 router = APIRouter(prefix="/alerts", tags=["alerts"], responses=ERRORS)  # type: ignore[arg-type]
 
@@ -48,7 +49,7 @@ def list_alerts(
     cursor: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AlertPage:
-    stmt = select(AlertRow).order_by(AlertRow.id).limit(limit + 1)
+    stmt = select(AlertRow)
     if query_id is not None:
         stmt = stmt.where(AlertRow.query_id == query_id)
     lo, hi = _ts(since, "since"), _ts(until, "until")
@@ -56,15 +57,8 @@ def list_alerts(
         stmt = stmt.where(AlertRow.end_us >= lo)
     if hi is not None:
         stmt = stmt.where(AlertRow.end_us < hi)
-    if cursor is not None:
-        try:
-            stmt = stmt.where(AlertRow.id > decode_cursor(cursor))
-        except ValueError as e:
-            raise ApiError(422, str(e), "query.cursor") from None
-    rows = list(session.scalars(stmt))
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return AlertPage(items=[public(r) for r in rows], next_cursor=encode_cursor(rows[-1].id) if more else None)
+    rows, next_cursor = page(session, stmt, AlertRow.id, cursor, limit)
+    return AlertPage(items=[public(r) for r in rows], next_cursor=next_cursor)
 
 
 @router.get("/{id}", summary="Get an alert")

@@ -7,11 +7,12 @@ from fastapi import APIRouter, Query, Request
 from sqlalchemy import select
 
 from service.api.deps import AdminKey, ReadKey, SessionDep
+from service.api.paging import page
 from service.core.errors import ApiError
 from service.db.models import DeliveryAttemptRow, DeliveryRow
 from service.db.session import now_us
 from service.schemas.alerts import DeliveryAttemptPublic, DeliveryDetail, DeliveryPage, DeliveryPublic
-from service.schemas.common import ERRORS, Id, decode_cursor, encode_cursor, iso
+from service.schemas.common import ERRORS, Id, iso
 
 router = APIRouter(prefix="/deliveries", tags=["webhooks"], responses=ERRORS)  # type: ignore[arg-type]
 
@@ -42,22 +43,15 @@ def list_deliveries(
     cursor: Annotated[str | None, Query(max_length=64)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> DeliveryPage:
-    stmt = select(DeliveryRow).order_by(DeliveryRow.id).limit(limit + 1)
+    stmt = select(DeliveryRow)
     if status is not None:
         stmt = stmt.where(DeliveryRow.status == status)
     if webhook_id is not None:
         stmt = stmt.where(DeliveryRow.webhook_id == webhook_id)
     if alert_id is not None:
         stmt = stmt.where(DeliveryRow.alert_id == alert_id)
-    if cursor is not None:
-        try:
-            stmt = stmt.where(DeliveryRow.id > decode_cursor(cursor))
-        except ValueError as e:
-            raise ApiError(422, str(e), "query.cursor") from None
-    rows = list(session.scalars(stmt))
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return DeliveryPage(items=[public(r) for r in rows], next_cursor=encode_cursor(rows[-1].id) if more else None)
+    rows, next_cursor = page(session, stmt, DeliveryRow.id, cursor, limit)
+    return DeliveryPage(items=[public(r) for r in rows], next_cursor=next_cursor)
 
 
 def _get(session: SessionDep, delivery_id: int) -> DeliveryRow:
