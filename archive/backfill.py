@@ -1,28 +1,36 @@
-"""Backfill: run a live query over archived history on Spark (DESIGN.md section 11, issue 7).
+"""Backfill: run a registered query over archived history on Spark (DESIGN.md section 11, issue 7).
 
-:func:`run_backfill` evaluates a compiled live query over ``[from, to)`` of the archive:
+:func:`run_backfill` evaluates a query over ``[from, to)`` of the archive, at a pinned snapshot
+version, through the file-list reader (:class:`archive.reader.ArchiveReader`,
+:meth:`archive.extractor.Extractor.frame`), every time as int microseconds (no naive timestamps
+reach Python, ARCHIVE_NOTES.md pitfall 8).
 
-1. the archived events of the query's types in ``[from - WITHIN, to)`` are read at a
-   pinned snapshot version, through the file-list reader (:class:`archive.reader.ArchiveReader`
-   and :meth:`archive.extractor.Extractor.frame`), with every time as int microseconds
-   (no naive timestamps reach Python, ARCHIVE_NOTES.md pitfall 8);
-2. the rows are repartitioned by the query's partition key (one group without
-   PARTITION BY) and ``groupBy(key).applyInArrow`` runs, per key group, the SAME
-   :class:`engine.matcher.Matcher` over the group's events sorted by ``(ts, id)``,
-   emitting one row per match: query name, ``Match`` JSON (as ``lace match`` writes it),
-   start, end;
-3. matches whose start lies in ``[from, to)`` are kept, appended with delta-rs to the
-   results table ``<root>/_backfills/results`` (query, backfill id, match, start, end)
-   and returned.
+**Live query** (``PATTERN ...``): the events of the query's types in ``[from - span, to + span)``
+(``span``: the query's WITHIN, see :func:`engine.live_archived.plan.live_span_us`; the whole archive
+when unbounded) are repartitioned by the partition key (one group without PARTITION BY) and
+``groupBy(key).applyInArrow`` runs, per key group, the SAME :class:`engine.matcher.Matcher` over the
+group's events sorted by ``(ts, id)``. The matches whose start lies in ``[from, to)`` are the result:
+exactly the matches live detection (``lace match``) finds over the whole stream that start in the
+range. The span before ``from`` gives a match starting at ``from`` the state the events before it
+leave (contiguity, skip-till-next consumption); the span after ``to`` completes a match that starts
+before ``to`` and ends (or waits out a trailing negation) after it. So backfills of adjacent ranges
+``[a, b)``, ``[b, c)`` together give the matches of ``[a, c)``, each once.
 
-The lookback of one window lets a match starting at ``from`` see the partial-match
-state the events before it leave (contiguity, skip-till-next consumption); events at
-or after ``to`` are not read, so matches are those of live detection over the events in
-``[from - WITHIN, to)`` (a query without WITHIN reads from the start of the archive).
+**Live-and-archived query** (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN ...``, 001 section 4;
+docs/semantics.md section 6): the live side ``P_L`` runs as above over ``[from, to)``, giving the
+live instances ``I`` with ``I.start`` in ``[from, to)``; the archived side ``P_A`` runs the same way
+over ``[from - LOOKBACK - span_A, to)``, giving the archived instances ``J`` with ``J.start >= from -
+LOOKBACK`` and ``J.end < to``. The join runs in Spark: an equi-join on the archive key when the JOIN
+equates one (:attr:`engine.live_archived.plan.LiveArchivedPlan.key`), with the access-range
+condition ``I.start - LOOKBACK <= J.start``, ``J.end < I.start`` (and the trailing-negation deadline)
+as join conditions; ``mapInArrow`` then checks the whole JOIN on each candidate pair with
+:meth:`LiveArchivedPlan.joins` and builds the result with :meth:`LiveArchivedPlan.result`. The
+results are those of ``lace replay`` over the same events whose live instance starts in the range.
 
-Progress (percent of the job group's tasks done, events scanned) goes to a callback;
-:func:`cancel_backfill` cancels the job group; any failure raises
-:class:`BackfillError` with the reason.
+Matches are appended with delta-rs to the results table ``<root>/_backfills/results`` (query,
+backfill id, match, start, end) and returned. Progress (percent of the job group's tasks done,
+events scanned) goes to a callback; :func:`cancel_backfill` cancels the job group; any failure
+raises :class:`BackfillError` with the reason.
 """
 from __future__ import annotations
 
@@ -31,7 +39,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,12 +49,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+
+    from archive.reader import ArchiveReader
+    from archive.schema import EventType
+    from engine.compiler import CompiledQuery
+    from engine.live_archived.plan import LiveArchivedPlan
 
 RESULTS_DIR = "_backfills/results"
 MIN_US = -(1 << 62)
+MAX_US = 1 << 62
 _GROUP_COL = "__lace_group"
-_OUT_SCHEMA = "query string, match string, start long, `end` long, events long"
+_INSTANCE_SCHEMA = "key string, start long, `end` long, payload string"
+_OUT_SCHEMA = "query string, match string, start long, `end` long"
 RESULTS_SCHEMA = pa.schema(
     [
         pa.field("query", pa.string()),
@@ -114,37 +130,131 @@ def cancel_backfill(job_group: str, *, spark: SparkSession | None = None) -> Non
     (spark or get_spark()).sparkContext.cancelJobGroup(job_group)
 
 
-def _group_fn(query_text: str, attrs_by_type: dict[str, list[str]], acc: Any) -> Callable[[pa.Table], pa.Table]:
-    """The per-key-group function shipped to the Python workers: Events in (ts, id) order -> match rows."""
+def _norm_key(value: Any) -> str | None:
+    """A join key as a string that is equal exactly when the values compare equal (5 == 5.0 == True)."""
+    import orjson
+
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return orjson.dumps(value).decode()
+
+
+def _side(query_text: str, side: str | None) -> tuple[CompiledQuery, Callable[[Any], tuple[str | None, str] | None]]:
+    """The compiled pattern of one side and ``encode(match) -> (join key, payload)`` (None: drop the match).
+
+    ``side`` None: a live query, payload ``match_line`` (its output line); ``"live"``/``"archived"``:
+    that side of a live-and-archived query, payload ``match_wire`` (whole events, for the join).
+    """
+    from engine.io import match_line, match_wire
+
+    if side is None:
+        from engine.compiler import compile_query
+
+        return compile_query(query_text), lambda m: (None, match_line(m))
+    from engine.live_archived.plan import NO_KEY, compile_live_archived
+
+    plan = compile_live_archived(query_text)
+    keyed = plan.key is not None
+    if side == "live":
+
+        def encode_live(m: Any) -> tuple[str | None, str] | None:
+            k = plan.key_of(m)
+            if k is NO_KEY:
+                return None  # the key equality cannot hold: the instance joins nothing
+            return (_norm_key(k) if keyed else None), match_wire(m)
+
+        return plan.live, encode_live
+
+    def encode_archived(m: Any) -> tuple[str | None, str] | None:
+        k = _norm_key(plan.archived_key(m)) if keyed else None
+        if keyed and k is None:
+            return None
+        return k, match_wire(m)
+
+    return plan.archived, encode_archived
+
+
+def _instances_fn(
+    query_text: str, side: str | None, attrs_by_type: dict[str, list[str]], acc: Any
+) -> Callable[[pa.Table], pa.Table]:
+    """The per-key-group function shipped to the Python workers: events -> instance rows.
+
+    Runs the side's :class:`engine.matcher.Matcher` over the group's events in ``(ts, id)`` order
+    and returns one row ``(key, start, end, payload)`` per match (see :func:`_side`).
+    """
 
     def run(table: pa.Table) -> pa.Table:
-        from engine.compiler import compile_query
         from engine.events import Event
-        from engine.io import match_line
         from engine.matcher import Matcher
 
-        compiled = compile_query(query_text)
+        compiled, encode = _side(query_text, side)
         matcher = Matcher(compiled)
         table = table.sort_by([("ts", "ascending"), ("id", "ascending")])
         cols = {name: table.column(name).to_pylist() for name in table.column_names}
         ids, types, tss = cols["id"], cols["type"], cols["ts"]
         found = []
+        push = matcher.push
         for i in range(table.num_rows):
             etype = types[i]
             attrs = {a: cols[a][i] for a in attrs_by_type.get(etype, ())}
-            found.extend(matcher.push(Event(ids[i], etype, tss[i], attrs)))
+            found.extend(push(Event(ids[i], etype, tss[i], attrs)))
         found.extend(matcher.flush())
         acc.add(table.num_rows)
-        # one extra row without a match carries the group's event count
+        keys, starts, ends, payloads = [], [], [], []
+        for m in found:
+            enc = encode(m)
+            if enc is not None:
+                keys.append(enc[0])
+                starts.append(m.start)
+                ends.append(m.end)
+                payloads.append(enc[1])
         return pa.table(
             {
-                "query": pa.array([m.query for m in found] + [None], pa.string()),
-                "match": pa.array([match_line(m) for m in found] + [None], pa.string()),
-                "start": pa.array([m.start for m in found] + [0], pa.int64()),
-                "end": pa.array([m.end for m in found] + [0], pa.int64()),
-                "events": pa.array([0] * len(found) + [table.num_rows], pa.int64()),
+                "key": pa.array(keys, pa.string()),
+                "start": pa.array(starts, pa.int64()),
+                "end": pa.array(ends, pa.int64()),
+                "payload": pa.array(payloads, pa.string()),
             }
         )
+
+    return run
+
+
+def _join_fn(query_text: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``mapInArrow`` over candidate pairs ``(live payload, archived payload)``: the JOIN, then the result rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from engine.io import match_from_wire, match_line
+        from engine.live_archived.plan import compile_live_archived
+
+        plan = compile_live_archived(query_text)
+        for batch in batches:
+            lives, archs = batch.column(0).to_pylist(), batch.column(1).to_pylist()
+            cache: dict[str, Any] = {}
+            names, lines, starts, ends = [], [], [], []
+            for lp, ap in zip(lives, archs):
+                inst = cache.get(lp)
+                if inst is None:
+                    inst = cache[lp] = match_from_wire(lp)
+                j = match_from_wire(ap)
+                if plan.joins(inst, j):
+                    r = plan.result(inst, j)
+                    names.append(r.query)
+                    lines.append(match_line(r))
+                    starts.append(r.start)
+                    ends.append(r.end)
+            yield pa.RecordBatch.from_pydict(
+                {
+                    "query": pa.array(names, pa.string()),
+                    "match": pa.array(lines, pa.string()),
+                    "start": pa.array(starts, pa.int64()),
+                    "end": pa.array(ends, pa.int64()),
+                }
+            )
 
     return run
 
@@ -177,6 +287,90 @@ def _reason(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+@dataclass(slots=True)
+class _Job:
+    """What the Spark side of one backfill needs (built on the driver, before the job starts)."""
+
+    spark: SparkSession
+    reader: ArchiveReader
+    query_text: str
+    pins: dict[str, int]
+    etypes: dict[str, EventType]
+    acc: Any
+    views: ExitStack = field(default_factory=ExitStack)
+    """Keeps the temporary views of the scans open until the action is done."""
+
+    def instances(self, compiled: CompiledQuery, side: str | None, lo: int, hi: int) -> DataFrame | None:
+        """Instance rows ``(key, start, end, payload)`` of one side over the events in ``[lo, hi)``."""
+        from pyspark.sql import functions as F
+
+        from archive.extractor import Extractor
+
+        types = [self.etypes[t] for t in sorted(compiled.types) if t in self.pins]
+        if not types:
+            return None
+        df = self.views.enter_context(Extractor(self.reader).frame(types, {None: [(lo, hi)]}, version=self.pins))
+        if df is None:
+            return None
+        keys = list(compiled.partition_by)
+        missing = [k for k in keys if k not in df.columns]
+        if missing:
+            raise BackfillError(f"PARTITION BY attribute(s) {', '.join(missing)} not in the archived types")
+        if not keys:
+            df = df.withColumn(_GROUP_COL, F.lit(0))
+            keys = [_GROUP_COL]
+        parts = int(self.spark.conf.get("spark.sql.shuffle.partitions") or "8")
+        attrs = {n: list(t.attributes) for n, t in self.etypes.items()}
+        fn = _instances_fn(self.query_text, side, attrs, self.acc)
+        return df.repartition(parts, *keys).groupBy(*keys).applyInArrow(fn, schema=_INSTANCE_SCHEMA)
+
+    def close(self) -> None:
+        """Drop the temporary views."""
+        self.views.close()
+
+
+def _live_results(job: _Job, compiled: CompiledQuery, from_us: int, to_us: int) -> DataFrame | None:
+    from pyspark.sql import functions as F
+
+    from engine.live_archived.plan import live_span_us
+
+    span = live_span_us(compiled)
+    lo, hi = (MIN_US, MAX_US) if span is None else (from_us - span, to_us + span)
+    df = job.instances(compiled, None, lo, hi)
+    if df is None:
+        return None
+    df = df.where((F.col("start") >= from_us) & (F.col("start") < to_us))
+    name = F.lit(compiled.name).cast("string").alias("query")
+    return df.select(name, F.col("payload").alias("match"), "start", "end")
+
+
+def _live_archived_results(job: _Job, plan: LiveArchivedPlan, from_us: int, to_us: int) -> DataFrame | None:
+    from pyspark.sql import functions as F
+
+    from engine.live_archived.plan import live_span_us
+
+    span_l, span_a = live_span_us(plan.live), live_span_us(plan.archived)
+    lo_l, hi_l = (MIN_US, MAX_US) if span_l is None else (from_us - span_l, to_us + span_l)
+    lo_a = MIN_US if span_a is None else from_us - plan.lookback_us - span_a
+    live = job.instances(plan.live, "live", lo_l, hi_l)
+    archived = job.instances(plan.archived, "archived", lo_a, to_us)
+    if live is None or archived is None:
+        return None
+    live = live.where((F.col("start") >= from_us) & (F.col("start") < to_us))
+    archived = archived.where((F.col("start") >= from_us - plan.lookback_us) & (F.col("end") < to_us))
+    L = live.select(F.col("key").alias("lk"), F.col("start").alias("ls"), F.col("payload").alias("lp"))
+    A = archived.select(
+        F.col("key").alias("ak"), F.col("start").alias("as"), F.col("end").alias("ae"), F.col("payload").alias("ap")
+    )
+    cond = (F.col("as") >= F.col("ls") - plan.lookback_us) & (F.col("ae") < F.col("ls"))
+    if plan.archived_deadline_us is not None:
+        cond = cond & (F.col("as") + plan.archived_deadline_us < F.col("ls"))
+    if plan.key is not None:
+        cond = (F.col("lk") == F.col("ak")) & cond
+    pairs = L.join(A, cond, "inner").select("lp", "ap")
+    return pairs.mapInArrow(_join_fn(job.query_text), schema=_OUT_SCHEMA)
+
+
 def run_backfill(
     root: str | Path,
     query_text: str,
@@ -191,16 +385,19 @@ def run_backfill(
     write_results: bool = True,
     poll_s: float = 0.25,
 ) -> BackfillResult:
-    """Evaluate a live query over the archive's events in ``[from_us, to_us)`` on Spark.
+    """Evaluate a query (live, or live-and-archived) over the archive's events in ``[from_us, to_us)`` on Spark.
+
+    See the module docstring for what is read and which matches are kept.
 
     Parameters
     ----------
     root : str | Path
         Archive root.
     query_text : str
-        LQL of a live query (PATTERN ... [PARTITION BY ...] [WITHIN ...]).
+        LQL: a live query (``PATTERN ...``) or a live-and-archived one (``LIVE ... ARCHIVED ...``).
     from_us, to_us : int
-        The range, int microseconds UTC, half-open; matches are kept when their start lies in it.
+        The range, int microseconds UTC, half-open; a match (a live instance, for a live-and-archived
+        query) is kept when its start lies in it.
     spark : SparkSession, optional
         Default: the process's session (:func:`archive.spark.get_spark`).
     version : int | dict[str, int], optional
@@ -219,14 +416,26 @@ def run_backfill(
     BackfillError
         For a bad query or range, an unknown event type, a cancelled or failed job.
     """
-    from engine.compiler import compile_query
+    from engine.lql.ast import LiveArchivedQuery
     from engine.lql.errors import QueryError
+    from engine.lql.parser import parse
 
     t0 = time.perf_counter()
     if to_us <= from_us:
         raise BackfillError(f"empty range: --to ({to_us}) must be after --from ({from_us})")
     try:
-        compiled = compile_query(query_text)
+        ast = parse(query_text)
+        if isinstance(ast, LiveArchivedQuery):
+            from engine.live_archived.plan import compile_live_archived
+
+            plan: LiveArchivedPlan | None = compile_live_archived(ast)
+            compiled = None
+            name, wanted = plan.name, sorted(plan.stream_types)  # type: ignore[union-attr]
+        else:
+            from engine.compiler import compile_query
+
+            plan, compiled = None, compile_query(ast)
+            name, wanted = compiled.name, sorted(compiled.types)
     except QueryError as e:
         raise BackfillError(f"bad query: line {e.line}, column {e.column}: {e.reason}") from None
     backfill_id = backfill_id or uuid.uuid4().hex
@@ -235,24 +444,20 @@ def run_backfill(
     if not root.is_dir():
         raise BackfillError(f"{root}: no such archive directory")
 
-    from archive.extractor import Extractor
     from archive.reader import ArchiveReader
     from archive.spark import get_spark
 
     spark = spark if spark is not None else get_spark()
     reader = ArchiveReader(root, spark=spark)
     try:
-        etypes = reader.types(sorted(compiled.types))
+        etypes = reader.types(wanted)
     except KeyError as e:
         raise BackfillError(str(e.args[0])) from None
-    names = list(etypes)
     try:
-        pins = reader.pin(names, version)
+        pins = reader.pin(list(etypes), version)
     except (ValueError, OSError) as e:
         raise BackfillError(f"cannot pin snapshot versions: {e}") from None
-    lo = from_us - compiled.window_us if compiled.window_us is not None else MIN_US
-    attrs_by_type = {n: list(t.attributes) for n, t in etypes.items()}
-    empty = BackfillResult(backfill_id, compiled.name, [], [], 0, pins, None, 0.0, from_us, to_us)
+    empty = BackfillResult(backfill_id, name, [], [], 0, pins, None, 0.0, from_us, to_us)
     if not pins:
         empty.elapsed_s = time.perf_counter() - t0
         return empty
@@ -262,55 +467,41 @@ def run_backfill(
         # a session started elsewhere (a cluster session, or one made before archive.spark set
         # PYSPARK_PYTHON): the Python workers must have this interpreter's packages (engine, pyarrow)
         sc.pythonExec = sys.executable
-    acc = sc.accumulator(0)
+    job = _Job(spark, reader, query_text, pins, etypes, sc.accumulator(0))
     outcome: dict[str, Any] = {}
 
-    def job() -> None:
+    def work() -> None:
         try:
-            sc.setJobGroup(job_group, f"lace backfill {compiled.name or ''} {backfill_id}", interruptOnCancel=True)
-            with Extractor(reader).frame(list(etypes.values()), {None: [(lo, to_us)]}, version=pins) as df:
-                if df is None:
-                    outcome["table"] = None
-                    return
-                keys = [k for k in compiled.partition_by]
-                missing = [k for k in keys if k not in df.columns]
-                if missing:
-                    raise BackfillError(f"PARTITION BY attribute(s) {', '.join(missing)} not in the archived types")
-                if not keys:
-                    from pyspark.sql import functions as F
-
-                    df = df.withColumn(_GROUP_COL, F.lit(0))
-                    keys = [_GROUP_COL]
-                parts = int(spark.conf.get("spark.sql.shuffle.partitions") or "8")
-                grouped = df.repartition(parts, *keys).groupBy(*keys)
-                fn = _group_fn(query_text, attrs_by_type, acc)
-                out = grouped.applyInArrow(fn, schema=_OUT_SCHEMA)
-                outcome["table"] = out.toArrow()
+            sc.setJobGroup(job_group, f"lace backfill {name or ''} {backfill_id}", interruptOnCancel=True)
+            if plan is not None:
+                df = _live_archived_results(job, plan, from_us, to_us)
+            else:
+                assert compiled is not None
+                df = _live_results(job, compiled, from_us, to_us)
+            outcome["table"] = None if df is None else df.toArrow()
         except BaseException as e:  # reported on the caller's thread
             outcome["error"] = e
+        finally:
+            job.close()
 
-    worker = threading.Thread(target=job, name=f"lace-{job_group}", daemon=True)
+    worker = threading.Thread(target=work, name=f"lace-{job_group}", daemon=True)
     worker.start()
     while worker.is_alive():
         worker.join(poll_s)
         if progress is not None and worker.is_alive():
-            progress(_progress(spark, job_group, acc.value))
+            progress(_progress(spark, job_group, job.acc.value))
     if "error" in outcome:
-        e = outcome["error"]
-        if isinstance(e, BackfillError):
-            raise e
-        raise BackfillError(f"backfill {backfill_id} failed: {_reason(e)}") from e
+        err = outcome["error"]
+        if isinstance(err, BackfillError):
+            raise err
+        raise BackfillError(f"backfill {backfill_id} failed: {_reason(err)}") from err
 
     table: pa.Table | None = outcome.get("table")
+    scanned = int(job.acc.value)
     if table is None:
-        empty.elapsed_s = time.perf_counter() - t0
+        empty.events_scanned, empty.elapsed_s = scanned, time.perf_counter() - t0
         return empty
-    scanned = int(pc.sum(table.column("events")).as_py() or 0)
-    starts = table.column("start")
-    keep = pc.and_(
-        pc.is_valid(table.column("match")), pc.and_(pc.greater_equal(starts, from_us), pc.less(starts, to_us))
-    )
-    table = table.filter(keep).sort_by([("start", "ascending"), ("end", "ascending"), ("match", "ascending")])
+    table = table.sort_by([("start", "ascending"), ("end", "ascending"), ("match", "ascending")])
     lines = table.column("match").to_pylist()
     import orjson
 
@@ -321,7 +512,7 @@ def run_backfill(
     if progress is not None:
         progress(Progress(100.0, scanned))
     return BackfillResult(
-        backfill_id, compiled.name, matches, lines, scanned, pins, results_uri, time.perf_counter() - t0, from_us, to_us
+        backfill_id, name, matches, lines, scanned, pins, results_uri, time.perf_counter() - t0, from_us, to_us
     )
 
 

@@ -357,3 +357,41 @@ def write_matches(matches: Iterable[Match], out: TextIO) -> int:
         out.write("\n")
         n += 1
     return n
+
+
+def match_wire(match: Match) -> str:
+    """One match with its whole events as a compact JSON string (for shipping matches between processes).
+
+    Unlike :func:`match_line` (event ids only), this keeps every bound event's header and attributes,
+    so :func:`match_from_wire` rebuilds a :class:`Match` that a JOIN or RETURN can be evaluated on::
+
+        {"q": query, "s": start_us, "e": end_us, "f": fields, "v": {var: [[id, type, ts_us, attrs], ...]}}
+
+    >>> m = Match("q", {"a": (Event(1, "T", 5, {"x": 1.5}),), "b": ()}, 5, 5, {"k": 1})
+    >>> match_from_wire(match_wire(m)) == m
+    True
+    """
+    doc = {
+        "q": match.query,
+        "s": match.start,
+        "e": match.end,
+        "f": match.fields,
+        "v": {var: [[e.id, e.type, e.ts, e.attrs] for e in evs] for var, evs in match.events.items()},
+    }
+    return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+def match_from_wire(text: str | bytes) -> Match:
+    """Inverse of :func:`match_wire` (events are new objects equal to the originals).
+
+    Raises
+    ------
+    ValueError
+        When ``text`` is not a :func:`match_wire` document.
+    """
+    try:
+        doc = orjson.loads(text)
+        events = {var: tuple(Event(i, t, ts, attrs) for i, t, ts, attrs in evs) for var, evs in doc["v"].items()}
+        return Match(doc["q"], events, doc["s"], doc["e"], doc["f"])
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"not a match document: {e}") from None

@@ -13,7 +13,10 @@ from archive.writer import ArchiveWriter
 from engine.compiler import compile_query
 from engine.events import Event
 from engine.io import match_line, read_events
+from engine.live_archived.plan import compile_live_archived
+from engine.match import Match
 from engine.matcher import Matcher
+from service.replay import ReplayOptions, run_replay
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -62,18 +65,33 @@ def as_archived(etype: EventType, events: list[Event]) -> list[Event]:
     return out
 
 
+def ordered(lines: list[str]) -> list[str]:
+    """Match lines in the backfill's order: (start, end, line)."""
+    return sorted(lines, key=lambda s: (json.loads(s)["start"], json.loads(s)["end"], s))
+
+
 def live_lines(query: str, events: list[Event], from_us: int, to_us: int) -> list[str]:
-    """What live detection gives on the events in [from - WITHIN, to), starting in [from, to)."""
-    compiled = compile_query(query)
-    lo = from_us - (compiled.window_us or 0)
-    matcher = Matcher(compiled)
+    """What live detection (``lace match``) gives on the whole stream, the matches starting in [from, to)."""
+    matcher = Matcher(compile_query(query))
     found = []
     for e in sorted(events, key=lambda e: (e.ts, e.id)):
-        if lo <= e.ts < to_us:
-            found += matcher.push(e)
+        found += matcher.push(e)
     found += matcher.flush()
-    kept = [m for m in found if from_us <= m.start < to_us]
-    return sorted((match_line(m) for m in kept), key=lambda s: (json.loads(s)["start"], json.loads(s)["end"], s))
+    return ordered([match_line(m) for m in found if from_us <= m.start < to_us])
+
+
+def replay_lines(query: str, events: list[Event], from_us: int, to_us: int) -> list[str]:
+    """What ``lace replay`` (memory archive, LLAA) gives on the whole stream, the results whose live
+    instance starts in [from, to)."""
+    live_vars = set(compile_live_archived(query).live.variables)
+    found: list[Match] = []
+    run_replay(query, events, ReplayOptions(algorithm="llaa", backend="memory"), found.append)
+    kept = []
+    for m in found:
+        live_start = min(e.ts for var, evs in m.events.items() if var in live_vars for e in evs)
+        if from_us <= live_start < to_us:
+            kept.append(match_line(m))
+    return ordered(kept)
 
 
 @pytest.fixture(scope="module")
@@ -95,10 +113,10 @@ def demo_archive(tmp_path_factory):
     return {"root": root, "traffic": traffic, "bars": bars, "keys": keys, "t0": t0, "b0": b0}
 
 
-def check(spark, demo, query, events, from_us, to_us):
+def check(spark, demo, query, events, from_us, to_us, reference=live_lines):
     seen = []
     result = run_backfill(demo["root"], query, from_us, to_us, spark=spark, progress=seen.append)
-    expected = live_lines(query, events, from_us, to_us)
+    expected = reference(query, events, from_us, to_us)
     assert expected, "the case must have matches"
     assert result.lines == expected
     assert result.events_scanned > 0
@@ -112,6 +130,17 @@ def test_partitioned_query_whole_range_spans_day_boundaries(spark, demo_archive)
     d = demo_archive
     result = check(spark, d, SPEED_DROP, d["traffic"], d["t0"], d["t0"] + 3 * DAY_US)
     assert any(m["start"] // DAY_US != m["end"] // DAY_US for m in result.matches)
+
+
+def test_matches_that_end_after_to_are_found_and_adjacent_ranges_add_up(spark, demo_archive):
+    d = demo_archive
+    whole = live_lines(SPEED_DROP, d["traffic"], d["t0"], d["t0"] + 3 * DAY_US)
+    spans = [(m["start"], m["end"]) for m in map(json.loads, whole) if m["start"] < m["end"]]
+    mid = spans[len(spans) // 2][1]  # `to` of the left range: a match starts before it and ends at it
+    left = check(spark, d, SPEED_DROP, d["traffic"], d["t0"], mid)
+    right = check(spark, d, SPEED_DROP, d["traffic"], mid, d["t0"] + 3 * DAY_US)
+    assert any(m["end"] >= mid for m in left.matches)
+    assert ordered(left.lines + right.lines) == whole
 
 
 def test_unpartitioned_query_mid_range_spans_day_boundaries(spark, demo_archive):
@@ -157,3 +186,23 @@ def test_cli_backfill_writes_jsonl(spark, demo_archive, tmp_path):
                                    "--from", "yesterday", "--to", "1"])
     assert bad.exit_code == 2
     assert bad.stderr.strip().startswith("error: --from")
+
+
+DROP_AFTER_REBOUND = (DEMO / "queries" / "drop_after_rebound.lql").read_text()
+
+
+def test_live_and_archived_query_with_archive_key(spark, demo_archive):
+    """The demo's drop-after-rebound query: JOIN a.key = x.key is an equi-join on the archive key in Spark."""
+    d = demo_archive
+    assert compile_live_archived(DROP_AFTER_REBOUND).key is not None
+    result = check(spark, d, DROP_AFTER_REBOUND, d["bars"], d["b0"] + DAY_US, d["b0"] + 3 * DAY_US, replay_lines)
+    assert {"a", "x", "y"} <= set(result.matches[0]["events"])
+
+
+def test_live_and_archived_query_without_archive_key(spark, demo_archive):
+    """No JOIN equality on a PARTITION BY attribute: every archived instance in the access range is a candidate."""
+    d = demo_archive
+    query = DROP_AFTER_REBOUND.replace("JOIN     a.key = x.key", "JOIN     x.close > a.close * 0.5")
+    assert compile_live_archived(query).key is None
+    result = check(spark, d, query, d["bars"], d["b0"] + DAY_US, d["b0"] + 3 * DAY_US, replay_lines)
+    assert any(m["events"]["a"] and m["fields"]["symbol"] for m in result.matches)
