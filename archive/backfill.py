@@ -384,6 +384,7 @@ def run_backfill(
     backfill_id: str | None = None,
     write_results: bool = True,
     poll_s: float = 0.25,
+    cancel: threading.Event | None = None,
 ) -> BackfillResult:
     """Evaluate a query (live, or live-and-archived) over the archive's events in ``[from_us, to_us)`` on Spark.
 
@@ -410,6 +411,12 @@ def run_backfill(
         Default: a new UUID hex.
     write_results : bool
         Append the matches to the Delta results table ``<root>/_backfills/results``.
+    poll_s : float
+        Seconds between progress reports (and cancel checks).
+    cancel : threading.Event, optional
+        Set it (from any thread) to stop the backfill: its Spark jobs are cancelled (again at every
+        poll, so a job submitted after the request is cancelled too) and ``BackfillError("cancelled")``
+        is raised, also when the job had already finished. Ctrl-C in the calling thread does the same.
 
     Raises
     ------
@@ -469,6 +476,7 @@ def run_backfill(
         sc.pythonExec = sys.executable
     job = _Job(spark, reader, query_text, pins, etypes, sc.accumulator(0))
     outcome: dict[str, Any] = {}
+    stop = cancel if cancel is not None else threading.Event()
 
     def work() -> None:
         try:
@@ -478,7 +486,7 @@ def run_backfill(
             else:
                 assert compiled is not None
                 df = _live_results(job, compiled, from_us, to_us)
-            outcome["table"] = None if df is None else df.toArrow()
+            outcome["table"] = None if df is None or stop.is_set() else df.toArrow()
         except BaseException as e:  # reported on the caller's thread
             outcome["error"] = e
         finally:
@@ -486,10 +494,19 @@ def run_backfill(
 
     worker = threading.Thread(target=work, name=f"lace-{job_group}", daemon=True)
     worker.start()
-    while worker.is_alive():
-        worker.join(poll_s)
-        if progress is not None and worker.is_alive():
-            progress(_progress(spark, job_group, job.acc.value))
+    try:
+        while worker.is_alive():
+            worker.join(poll_s)
+            if stop.is_set():
+                sc.cancelJobGroup(job_group)
+            elif progress is not None and worker.is_alive():
+                progress(_progress(spark, job_group, job.acc.value))
+    except KeyboardInterrupt:
+        stop.set()
+        sc.cancelJobGroup(job_group)
+        worker.join()
+    if stop.is_set():
+        raise BackfillError(f"backfill {backfill_id} cancelled")
     if "error" in outcome:
         err = outcome["error"]
         if isinstance(err, BackfillError):

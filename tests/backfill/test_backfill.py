@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -156,6 +157,21 @@ def test_equity_demo_query(spark, demo_archive):
     d = demo_archive
     query = (DEMO / "queries" / "drop_then_rebound.lql").read_text()
     check(spark, d, query, d["bars"], d["b0"] + DAY_US, d["b0"] + 3 * DAY_US)
+
+
+def test_cancel_stops_the_spark_job_and_writes_nothing(spark, demo_archive):
+    d = demo_archive
+    stop = threading.Event()
+    group = "backfill-cancel-test"
+    with pytest.raises(BackfillError, match="cancelled"):
+        run_backfill(d["root"], SPEED_DROP, d["t0"], d["t0"] + 3 * DAY_US, spark=spark, job_group=group,
+                     backfill_id="cancelled-one", progress=lambda p: stop.set(), cancel=stop, poll_s=0.05)
+    tracker = spark.sparkContext.statusTracker()
+    statuses = [tracker.getJobInfo(j).status for j in tracker.getJobIdsForGroup(group)]
+    assert "RUNNING" not in statuses and statuses.count("SUCCEEDED") < len(statuses) or not statuses
+    assert read_results(d["root"], "cancelled-one").num_rows == 0
+    # the session is still good for the next backfill
+    assert run_backfill(d["root"], SPEED_DROP, d["t0"], d["t0"] + DAY_US, spark=spark, write_results=False).lines
 
 
 def test_bad_query_and_unknown_type_give_clean_errors(spark, demo_archive):
