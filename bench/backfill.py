@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["speedup_2_over_lace_match"] = round(runs["lace match"]["seconds"] / runs["local[2]"]["seconds"], 2)
     print(json.dumps(summary, indent=2))
     if a.docs:
-        print("\n| run | wall s | events/s | matches | Spark start s | load avg |\n| --- | --- | --- | --- | --- | --- |")
+        print("\n| run | wall s | events/s | matches | Spark start s | load avg |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for name, r in runs.items():
             eps = r.get("events_per_s", int(n / r["seconds"]))
             print(f"| {name} | {r['seconds']} | {eps:,} | {r['matches']:,} | {r.get('spark_start_s', '')} "

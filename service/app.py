@@ -20,7 +20,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.api.limits import BodyLimitMiddleware
-from service.api.routes import alerts, deliveries, event_types, events, health, keys, queries, webhooks
+from service.api.routes import alerts, backfills, deliveries, event_types, events, health, keys, queries, webhooks
 from service.core.config import Settings, get_settings
 from service.core.errors import install_handlers
 from service.core.metrics import Metrics
@@ -32,7 +32,9 @@ from service.maintenance_job import MaintenanceJob
 from service.webhooks.dispatcher import Dispatcher
 
 log = logging.getLogger("lace.service")
-ROUTERS = tuple(m.router for m in (health, event_types, queries, events, alerts, webhooks, deliveries, keys))
+ROUTERS = tuple(
+    m.router for m in (health, event_types, queries, events, alerts, webhooks, deliveries, backfills, keys)
+)
 
 
 def _version() -> str:
@@ -117,10 +119,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         maintenance = MaintenanceJob(settings)
         app.state.maintenance = maintenance
         maintenance.start()
+        runner = None
+        if runtime.archive is not None:
+            from service.backfills import BackfillRunner
+
+            runner = BackfillRunner(
+                sessions,
+                settings.archive_root,
+                settings.spark_master,
+                flush_archive=runtime.archive.flush,
+                on_deliveries=dispatcher.wake,
+            )
+            await anyio.to_thread.run_sync(runner.start)
+        app.state.backfills = runner
         try:
             yield
         finally:
             runtime.on_deliveries = None
+            if runner is not None:
+                await anyio.to_thread.run_sync(runner.stop)
             await maintenance.stop()
             await dispatcher.stop()
             if runtime.archive is not None:

@@ -500,7 +500,7 @@ def parse_time_us(text: str) -> int:
 
 @app.command()
 def backfill(
-    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file (a live query).")],
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file (live, or live-and-archived).")],
     archive: Annotated[Path, typer.Option("--archive", "-a", help="Archive root directory.")],
     from_: Annotated[str, typer.Option("--from", help="Start (inclusive): ISO-8601 with offset, or epoch ms.")],
     to: Annotated[str, typer.Option("--to", help="End (exclusive): ISO-8601 with offset, or epoch ms.")],

@@ -37,7 +37,7 @@ class Settings(BaseSettings):
     archive_path : Path | None
         Archive root; default ``<data_dir>/archive``.
     spark_master : str
-        Spark master URL for archive reads (not used by the live-only service yet).
+        Spark master URL of the backfills (``local[2]``, or ``spark://host:7077``).
     secret_key : SecretStr | None
         Derives webhook signing secrets; generated into ``<data_dir>/secret.key`` when unset.
         Known defaults (``changethis``...) and keys shorter than 32 characters are refused.

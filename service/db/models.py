@@ -152,3 +152,33 @@ class ApiKeyRow(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at_us: Mapped[int] = mapped_column(BigInteger)
     revoked_at_us: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class BackfillRow(Base):
+    """A backfill: a registered query evaluated over archived history ``[from_us, to_us)`` on Spark.
+
+    ``state``: queued -> running -> succeeded | failed | cancelled. ``run_id`` names its rows in the
+    Delta results table (``archive.backfill.RESULTS_DIR``); ``versions`` the pinned snapshot version
+    of each event type's table.
+    """
+
+    __tablename__ = "backfills"
+    __table_args__ = (Index("ix_backfills_query_id", "query_id"), Index("ix_backfills_state", "state"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    query_id: Mapped[int] = mapped_column(BigId, ForeignKey("queries.id", ondelete="CASCADE"))
+    query_version: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[str] = mapped_column(String(32), unique=True)
+    state: Mapped[str] = mapped_column(String(16))
+    from_us: Mapped[int] = mapped_column(BigInteger)
+    to_us: Mapped[int] = mapped_column(BigInteger)
+    deliver: Mapped[bool] = mapped_column(Boolean)
+    percent: Mapped[float] = mapped_column(Float, default=0.0)
+    events_scanned: Mapped[int] = mapped_column(BigInteger, default=0)
+    matches: Mapped[int | None] = mapped_column(BigInteger)
+    alerts: Mapped[int | None] = mapped_column(BigInteger)
+    versions: Mapped[dict[str, int] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(String(1000))
+    created_at_us: Mapped[int] = mapped_column(BigInteger)
+    started_at_us: Mapped[int | None] = mapped_column(BigInteger)
+    finished_at_us: Mapped[int | None] = mapped_column(BigInteger)

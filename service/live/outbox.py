@@ -47,15 +47,21 @@ def _json_safe(value: Any) -> Any:
 
 
 def alert_values(found: Found, now_us: int) -> dict[str, Any]:
+    """The ``alerts`` row of a live match."""
     m = found.match
-    events = {var: ids for var, ids in m.ids().items()}
+    return doc_values(found.query_id, {"events": m.ids(), "fields": m.fields, "start": m.start, "end": m.end}, now_us)
+
+
+def doc_values(query_id: int, doc: dict[str, Any], now_us: int) -> dict[str, Any]:
+    """The ``alerts`` row of a match given as its JSON object (``Match.to_json()``, e.g. a backfill result)."""
+    events = dict(doc["events"])
     return {
-        "query_id": found.query_id,
+        "query_id": query_id,
         "dedup_key": dedup_key(events),
         "events": events,
-        "fields": {k: _json_safe(v) for k, v in m.fields.items()},
-        "start_us": m.start,
-        "end_us": m.end,
+        "fields": {k: _json_safe(v) for k, v in doc["fields"].items()},
+        "start_us": doc["start"],
+        "end_us": doc["end"],
         "created_at_us": now_us,
     }
 
@@ -65,9 +71,19 @@ def record_alerts(session: Session, found: Sequence[Found], *, now_us: int) -> t
 
     Runs inside the caller's transaction: alerts and outbox rows commit together.
     """
-    if not found:
+    return record_alert_rows(session, [alert_values(f, now_us) for f in found], now_us=now_us)
+
+
+def record_alert_rows(session: Session, values: Sequence[dict[str, Any]], *, now_us: int) -> tuple[int, int]:
+    """Insert ``alerts`` rows (from :func:`alert_values` / :func:`doc_values`) that are new, and their
+    deliveries, in the caller's transaction; return ``(alerts, deliveries)`` created.
+
+    A row whose (query, event ids) is already an alert is skipped: a backfill over a range that live
+    detection saw alerts nothing twice.
+    """
+    if not values:
         return 0, 0
-    rows = list({(v["query_id"], v["dedup_key"]): v for v in (alert_values(f, now_us) for f in found)}.values())
+    rows = list({(v["query_id"], v["dedup_key"]): v for v in values}.values())
     dialect = session.get_bind().dialect.name
     ins: Any = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(AlertRow)
     stmt = ins.on_conflict_do_nothing(index_elements=["query_id", "dedup_key"]).returning(AlertRow.id)

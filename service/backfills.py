@@ -1,0 +1,221 @@
+"""Backfills in the service: queued in the database, run one at a time on Spark (DESIGN.md section 11).
+
+:class:`BackfillRunner` owns one worker thread. ``POST /backfills`` writes a ``queued`` row and wakes
+it; the worker takes the oldest queued row, flushes the archive writer's recent buffer (so every event
+acknowledged before the request is in the Delta snapshot the backfill pins), runs
+:func:`archive.backfill.run_backfill` for the query's text, and records progress (percent of Spark
+tasks, events scanned) on the row about once a second. When the backfill was asked to ``deliver``, its
+matches become alerts of the query in one transaction with their outbox rows (the query's webhooks
+get them; a match live detection already alerted is not alerted again). A cancel request sets the
+backfill's cancel event (its Spark job group is cancelled) or, while it is queued, ends it at once.
+
+A backfill left ``running`` by a stopped process is marked ``failed`` at the next start (its Spark
+job died with the process); ``queued`` ones are run.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.db.models import BackfillRow, QueryRow
+from service.db.session import now_us
+
+log = logging.getLogger("lace.backfills")
+
+FINAL_STATES = frozenset({"succeeded", "failed", "cancelled"})
+ALERT_BATCH = 5_000
+
+
+class BackfillRunner:
+    """Runs queued backfills, one at a time, in a background thread.
+
+    Parameters
+    ----------
+    sessions : sessionmaker
+        The service database.
+    archive_root : Path-like
+        The Delta archive the backfills read.
+    spark_master : str
+        Spark master for the process's session (started on the first backfill).
+    flush_archive : callable, optional
+        Flushes the archive writer's recent buffer to Delta (``ArchiveWriter.flush``).
+    on_deliveries : callable, optional
+        Called after alerts with deliveries were committed (wakes the webhook dispatcher).
+    progress_interval_s : float
+        Least seconds between two progress writes of one backfill.
+    """
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        archive_root: Any,
+        spark_master: str,
+        *,
+        flush_archive: Callable[[], object] | None = None,
+        on_deliveries: Callable[[], object] | None = None,
+        progress_interval_s: float = 1.0,
+    ) -> None:
+        self.sessions = sessions
+        self.archive_root = archive_root
+        self.spark_master = spark_master
+        self.flush_archive = flush_archive
+        self.on_deliveries = on_deliveries
+        self.progress_interval_s = progress_interval_s
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._cancels: dict[int, threading.Event] = {}
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def start(self) -> None:
+        """Fail the backfills a stopped process left running, then start the worker thread."""
+        with self.sessions() as s:
+            s.execute(
+                update(BackfillRow)
+                .where(BackfillRow.state == "running")
+                .values(state="failed", error="the service stopped while it ran", finished_at_us=now_us())
+            )
+            s.commit()
+        self._thread = threading.Thread(target=self._loop, name="lace-backfills", daemon=True)
+        self._thread.start()
+        self._wake.set()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Cancel the running backfill and stop the worker (its row ends ``cancelled``)."""
+        self._stopping.set()
+        with self._lock:
+            for ev in self._cancels.values():
+                ev.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def wake(self) -> None:
+        """A backfill was queued."""
+        self._wake.set()
+
+    def cancel(self, backfill_id: int) -> bool:
+        """Ask backfill ``backfill_id`` to stop; False when it is not running in this process."""
+        with self._lock:
+            ev = self._cancels.get(backfill_id)
+        if ev is None:
+            return False
+        ev.set()
+        return True
+
+    # ---------------------------------------------------------------- the worker
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.wait(5.0)
+            self._wake.clear()
+            while not self._stopping.is_set():
+                with self.sessions() as s:
+                    row = s.scalars(
+                        select(BackfillRow).where(BackfillRow.state == "queued").order_by(BackfillRow.id).limit(1)
+                    ).first()
+                    if row is None:
+                        break
+                    backfill_id = row.id
+                try:
+                    self.run(backfill_id)
+                except Exception:  # never let one backfill stop the worker
+                    log.exception("backfill %d: unexpected error", backfill_id)
+                    self._finish(backfill_id, "failed", error="internal error (see the service log)")
+
+    def run(self, backfill_id: int) -> None:
+        """Run one queued backfill to its end (blocking)."""
+        from archive.backfill import BackfillError, Progress, run_backfill
+
+        with self.sessions() as s:
+            row = s.get(BackfillRow, backfill_id)
+            if row is None or row.state != "queued":
+                return
+            query = s.get(QueryRow, row.query_id)
+            if query is None:
+                return  # deleted with its query
+            query_id, text, run_id = row.query_id, query.text, row.run_id
+            lo, hi, deliver = row.from_us, row.to_us, row.deliver
+            row.state, row.started_at_us = "running", now_us()
+            s.commit()
+        cancel = threading.Event()
+        with self._lock:
+            self._cancels[backfill_id] = cancel
+        last = [0.0]
+
+        def report(p: Progress) -> None:
+            t = time.monotonic()
+            if t - last[0] >= self.progress_interval_s:
+                last[0] = t
+                self._update(backfill_id, percent=round(p.percent, 1), events_scanned=p.events)
+
+        try:
+            if self.flush_archive is not None:
+                self.flush_archive()
+            spark = self._spark()
+            result = run_backfill(
+                self.archive_root, text, lo, hi, spark=spark, backfill_id=run_id, progress=report, cancel=cancel
+            )
+        except BackfillError as e:
+            state = "cancelled" if cancel.is_set() else "failed"
+            self._finish(backfill_id, state, error=None if state == "cancelled" else str(e))
+            return
+        finally:
+            with self._lock:
+                self._cancels.pop(backfill_id, None)
+        alerts = self._deliver(query_id, result.matches) if deliver else None
+        self._finish(
+            backfill_id,
+            "succeeded",
+            percent=100.0,
+            events_scanned=result.events_scanned,
+            matches=len(result.matches),
+            alerts=alerts,
+            versions=result.versions,
+        )
+
+    def _spark(self) -> Any:
+        from dataclasses import replace
+
+        from archive.spark import SparkSettings, get_spark
+
+        return get_spark(replace(SparkSettings.from_env(), master=self.spark_master))
+
+    def _deliver(self, query_id: int, matches: list[dict[str, Any]]) -> int:
+        """Record the matches as alerts of the query (with their outbox rows); returns how many were new."""
+        from service.live.outbox import doc_values, record_alert_rows
+
+        created = deliveries = 0
+        for i in range(0, len(matches), ALERT_BATCH):
+            t = now_us()
+            with self.sessions() as s:
+                rows = [doc_values(query_id, m, t) for m in matches[i : i + ALERT_BATCH]]
+                a, d = record_alert_rows(s, rows, now_us=t)
+                s.commit()
+            created, deliveries = created + a, deliveries + d
+        if deliveries and self.on_deliveries is not None:
+            self.on_deliveries()
+        return created
+
+    def _update(self, backfill_id: int, **values: Any) -> None:
+        with self.sessions() as s:
+            running = (BackfillRow.id == backfill_id) & (BackfillRow.state == "running")
+            s.execute(update(BackfillRow).where(running).values(**values))
+            s.commit()
+
+    def _finish(self, backfill_id: int, state: str, **values: Any) -> None:
+        with self.sessions() as s:
+            s.execute(
+                update(BackfillRow)
+                .where(BackfillRow.id == backfill_id, BackfillRow.state.not_in(FINAL_STATES))
+                .values(state=state, finished_at_us=now_us(), **values)
+            )
+            s.commit()
