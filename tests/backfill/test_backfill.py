@@ -182,6 +182,19 @@ def test_bad_query_and_unknown_type_give_clean_errors(spark, demo_archive):
         run_backfill(root, "PATTERN SEQ(nosuch a, nosuch b) WITHIN 1 min", 0, DAY_US, spark=spark)
     with pytest.raises(BackfillError, match="empty range"):
         run_backfill(root, SPEED_DROP, DAY_US, 0, spark=spark)
+    with pytest.raises(BackfillError, match="PARTITION BY attribute"):
+        run_backfill(root, SPEED_DROP.replace("PARTITION BY key", "PARTITION BY lane"), 0, 10 * 365 * DAY_US,
+                     spark=spark)
+
+
+def test_a_failing_job_says_why(spark, demo_archive):
+    """A job that cannot run (here: a snapshot version the table does not have) fails with a one-line reason."""
+    d = demo_archive
+    query = (DEMO / "queries" / "drop_then_rebound.lql").read_text()
+    with pytest.raises(BackfillError) as info:
+        run_backfill(d["root"], query, d["b0"], d["b0"] + DAY_US, spark=spark, version={"bar": 999})
+    message = str(info.value)
+    assert "failed" in message and "999" in message and "\n" not in message
 
 
 def test_cli_backfill_writes_jsonl(spark, demo_archive, tmp_path):
