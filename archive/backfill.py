@@ -34,6 +34,8 @@ raises :class:`BackfillError` with the reason.
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import os
 import sys
 import threading
@@ -143,11 +145,13 @@ def _norm_key(value: Any) -> str | None:
     return orjson.dumps(value).decode()
 
 
+@functools.lru_cache(maxsize=16)
 def _side(query_text: str, side: str | None) -> tuple[CompiledQuery, Callable[[Any], tuple[str | None, str] | None]]:
     """The compiled pattern of one side and ``encode(match) -> (join key, payload)`` (None: drop the match).
 
     ``side`` None: a live query, payload ``match_line`` (its output line); ``"live"``/``"archived"``:
     that side of a live-and-archived query, payload ``match_wire`` (whole events, for the join).
+    Cached: a Python worker compiles the query once, not once per key group (Spark reuses workers).
     """
     from engine.io import match_line, match_wire
 
@@ -194,14 +198,11 @@ def _instances_fn(
         compiled, encode = _side(query_text, side)
         matcher = Matcher(compiled)
         table = table.sort_by([("ts", "ascending"), ("id", "ascending")])
-        cols = {name: table.column(name).to_pylist() for name in table.column_names}
-        ids, types, tss = cols["id"], cols["type"], cols["ts"]
         found = []
         push = matcher.push
-        for i in range(table.num_rows):
-            etype = types[i]
-            attrs = {a: cols[a][i] for a in attrs_by_type.get(etype, ())}
-            found.extend(push(Event(ids[i], etype, tss[i], attrs)))
+        for etype, ids, tss, names, values in _columns(table, attrs_by_type):
+            for i, ts, vals in zip(ids, tss, values):
+                found.extend(push(Event(i, etype, ts, dict(zip(names, vals)))))
         found.extend(matcher.flush())
         acc.add(table.num_rows)
         keys, starts, ends, payloads = [], [], [], []
@@ -222,6 +223,31 @@ def _instances_fn(
         )
 
     return run
+
+
+def _columns(
+    table: pa.Table, attrs_by_type: dict[str, list[str]]
+) -> Iterator[tuple[str, list[int], list[int], list[str], Iterator[tuple[Any, ...]]]]:
+    """A (ts, id)-sorted group as ``(type, ids, tss, attribute names, value tuples)`` runs of one type each.
+
+    A group of one event type (the usual case) is one run: its columns are converted once, not cell by cell.
+    """
+    types = table.column("type")
+    if types.null_count == 0 and pc.count_distinct(types).as_py() <= 1:
+        bounds = [(0, table.num_rows)]
+    else:  # consecutive events of the same type
+        tl = types.to_pylist()
+        cuts = [0] + [i for i in range(1, len(tl)) if tl[i] != tl[i - 1]] + [len(tl)]
+        bounds = list(zip(cuts[:-1], cuts[1:]))
+    for lo, hi in bounds:
+        if hi <= lo:
+            continue
+        part = table.slice(lo, hi - lo)
+        etype = part.column("type")[0].as_py()
+        names = list(attrs_by_type.get(etype, ()))
+        cols = [part.column(a).to_pylist() for a in names]
+        values = zip(*cols) if cols else itertools.repeat((), part.num_rows)
+        yield etype, part.column("id").to_pylist(), part.column("ts").to_pylist(), names, values
 
 
 def _join_fn(query_text: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
