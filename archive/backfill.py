@@ -67,6 +67,7 @@ _OUT_SCHEMA = "query string, match string, start long, `end` long"
 RESULTS_SCHEMA = pa.schema(
     [
         pa.field("query", pa.string()),
+        pa.field("query_id", pa.int64()),
         pa.field("backfill_id", pa.string()),
         pa.field("match", pa.string()),
         pa.field("start", pa.int64()),
@@ -411,6 +412,7 @@ def run_backfill(
     write_results: bool = True,
     poll_s: float = 0.25,
     cancel: threading.Event | None = None,
+    query_id: int | None = None,
 ) -> BackfillResult:
     """Evaluate a query (live, or live-and-archived) over the archive's events in ``[from_us, to_us)`` on Spark.
 
@@ -437,6 +439,8 @@ def run_backfill(
         Default: a new UUID hex.
     write_results : bool
         Append the matches to the Delta results table ``<root>/_backfills/results``.
+    query_id : int, optional
+        The service's id of the query, stored with the results.
     poll_s : float
         Seconds between progress reports (and cancel checks).
     cancel : threading.Event, optional
@@ -551,7 +555,7 @@ def run_backfill(
     matches = [orjson.loads(s) for s in lines]
     results_uri = None
     if write_results and lines:
-        results_uri = write_results_table(root, backfill_id, table)
+        results_uri = write_results_table(root, backfill_id, table, query_id=query_id)
     if progress is not None:
         progress(Progress(100.0, scanned))
     return BackfillResult(
@@ -559,17 +563,22 @@ def run_backfill(
     )
 
 
-def write_results_table(root: str | Path, backfill_id: str, table: pa.Table) -> str:
-    """Append match rows (query, match, start, end) to ``<root>/_backfills/results`` with delta-rs."""
+def write_results_table(root: str | Path, backfill_id: str, table: pa.Table, *, query_id: int | None = None) -> str:
+    """Append match rows (query, match, start, end) to ``<root>/_backfills/results`` with delta-rs.
+
+    The table is partitioned by ``backfill_id`` (one backfill's rows are read without the others');
+    ``query_id`` is the service's id of the query (None from ``lace backfill``).
+    """
     from datetime import UTC, datetime
 
-    from deltalake import write_deltalake
+    from deltalake import DeltaTable, write_deltalake
 
     n = table.num_rows
     now = datetime.now(UTC)
     rows = pa.table(
         {
             "query": table.column("query").cast(pa.string()),
+            "query_id": pa.array([query_id] * n, pa.int64()),
             "backfill_id": pa.array([backfill_id] * n, pa.string()),
             "match": table.column("match"),
             "start": table.column("start"),
@@ -580,7 +589,8 @@ def write_results_table(root: str | Path, backfill_id: str, table: pa.Table) -> 
     )
     uri = str(Path(root) / RESULTS_DIR)
     Path(uri).mkdir(parents=True, exist_ok=True)
-    write_deltalake(uri, rows, mode="append")
+    partitioned = not DeltaTable.is_deltatable(uri) or DeltaTable(uri).metadata().partition_columns == ["backfill_id"]
+    write_deltalake(uri, rows, mode="append", partition_by=["backfill_id"] if partitioned else None)
     return uri
 
 
@@ -591,7 +601,6 @@ def read_results(root: str | Path, backfill_id: str | None = None) -> pa.Table:
     uri = str(Path(root) / RESULTS_DIR)
     if not DeltaTable.is_deltatable(uri):
         return RESULTS_SCHEMA.empty_table()
-    table = DeltaTable(uri).to_pyarrow_table()
-    if backfill_id is not None:
-        table = table.filter(pc.equal(table.column("backfill_id"), backfill_id))
-    return table
+    if backfill_id is None:
+        return DeltaTable(uri).to_pyarrow_table()
+    return DeltaTable(uri).to_pyarrow_table(filters=[("backfill_id", "=", backfill_id)])

@@ -162,7 +162,15 @@ class BackfillRunner:
                 self.flush_archive()
             spark = self._spark()
             result = run_backfill(
-                self.archive_root, text, lo, hi, spark=spark, backfill_id=run_id, progress=report, cancel=cancel
+                self.archive_root,
+                text,
+                lo,
+                hi,
+                spark=spark,
+                backfill_id=run_id,
+                progress=report,
+                cancel=cancel,
+                query_id=query_id,
             )
         except BackfillError as e:
             state = "cancelled" if cancel.is_set() else "failed"
