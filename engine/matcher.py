@@ -206,7 +206,7 @@ class Matcher:
         d["live_partial_matches"] = self.counters.live
         d["buffered"] = len(self.buffer)
         if self.pmb is not None:
-            d.update(self.pmb.stats)
+            d.update(self.pmb.counters())
             d["pm_capacity"] = self.pmb.capacity
             d["pm_policy"] = self.pmb.policy.name  # type: ignore[assignment]
             d["spilled_now"] = self.pmb.spilled_count()
@@ -276,14 +276,16 @@ class Matcher:
         out = self._out
         pmb = self.pmb
         if pmb is not None:
-            pmb.before(key, states, e)
+            # the no-spill path: two O(1) tests (engine/pm/buffer.py, module docstring)
+            if pmb.spilled_keys and key in pmb.spilled_keys:
+                pmb.before(key, states, e)
             n_out = len(out)
         if self._multi:
             for engine, st in zip(self.engines, states):
                 engine.process(st, e, out)
         else:
             self.engines[0].process(states[0], e, out)
-        if pmb is not None:
+        if pmb is not None and (pmb.watching or self.counters.live > pmb.watch_from):
             pmb.after(key, states, e, len(out) > n_out)
         if e.ts >= self._next_sweep and self.query.window_us is not None:
             self._sweep(e.ts)

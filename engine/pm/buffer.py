@@ -2,10 +2,16 @@
 
 After Peng et al., *Complex Event Processing over Live Archived Data Streams*
 (001_e24f905c15fdf08b.txt, section 5, Procedure 1). The matcher calls :meth:`before`
-for each event (so every partial match the event can touch is in memory: a **miss**
-reloads spilled ones, an event needing none is a **hit**) and :meth:`after` (records the
-state update for the spill policy and spills ``ΔR`` partial matches in one batch when the
-buffer is over capacity).
+for an event whose key has spilled partial matches (so every partial match the event can
+touch is in memory: a **miss** reloads spilled ones; every other event is a **hit**) and
+:meth:`after` once the buffer is watching (records the state update for the spill policy
+and spills ``ΔR`` partial matches in one batch when the buffer is over capacity).
+
+The no-spill path is kept to two O(1) tests per event in the matcher: nothing is recorded
+until the live partial matches first exceed :attr:`PartialMatchBuffer.watch_from` (TPM:
+the capacity: at the first spill TPM's ranking is rebuilt from the resident partial matches,
+and STPM's ``Δt``/``p`` statistics are bootstrapped from them, see :meth:`_bootstrap`), and
+hits are counted as events minus the events that missed.
 
 The unit of spilling is the paper's partial-match entity ``PM_e`` of one object (TID): all
 partial matches of one partition key in one plan. Its priority is refreshed whenever an
@@ -16,10 +22,12 @@ key, NFA state), which partial matches are spilled: the store keeps one row per 
 NFA state) (run storage) or per key (-1: a chain-partitioned chain links its states), and
 an event reloads a key only when it needs a state that has spilled partial matches.
 
-STPM's estimates (Definition 7), learnt online from the stream: ``Δt_i`` is the largest gap
-seen between an ``E_i`` event and a later ``E_{i+1}`` event of the same key within the
-window; ``p(E_{i+1} | E_i)`` is the fraction of ``E_i`` events that an ``E_{i+1}`` event of
-the same key followed within the window.
+STPM's estimates (Definition 7), learnt online from the stream from the first spill on:
+``Δt_i`` is the largest gap seen between an ``E_i`` event and a later ``E_{i+1}`` event of
+the same key within the window; ``p(E_{i+1} | E_i)`` is the fraction of ``E_i`` events that
+an ``E_{i+1}`` event of the same key followed within the window. At the first spill they
+start from what the resident partial matches show (the events bound at consecutive NFA
+states), so a buffer that never fills learns nothing.
 
 Spilling never changes results: spilled partial matches are reloaded before any event that
 could read them, and a key with spilled partial matches is never forgotten.
@@ -92,7 +100,11 @@ class PartialMatchBuffer:
             raise ValueError("the spill batch (ΔR) must be at least 1 partial match")
         self.policy = make_policy(policy)
         self.learn = self.policy.name == "stpm"
+        self.watch_from = capacity
+        """The matcher calls :meth:`after` once ``live`` first exceeds this (then on every event)."""
+        self.watching = False
         self.active = False
+        self.missed_events = 0
         self.store: PartialMatchStore = store if store is not None else MemoryStore()
         self.query_id = query_id or matcher.query.name or "query"
         self.chain = matcher.storage == "chain"
@@ -100,7 +112,7 @@ class PartialMatchBuffer:
         self.spilled: dict[Unit, dict[int, list[int]]] = {}
         self.spilled_keys: dict[Hashable, int] = {}
         self.keys: dict[str, Hashable] = {}
-        self.stats = {"spilled": 0, "reloaded": 0, "hits": 0, "misses": 0, "expired": 0, "pms_bytes": 0}
+        self.stats = {"spilled": 0, "reloaded": 0, "misses": 0, "expired": 0, "pms_bytes": 0}
         plans = matcher.query.plans
         self.kleene = [[s.kleene for s in p.slots] for p in plans]
         self.slot_of_type = [{t: tuple(sorted(js, reverse=True)) for t, js in p.slot_of_type.items()} for p in plans]
@@ -113,10 +125,20 @@ class PartialMatchBuffer:
 
     # ------------------------------------------------------------------ hooks
 
+    def counters(self) -> dict[str, int]:
+        """created (by the matcher), spilled, reloaded, hits, misses, expired and pms_bytes (bytes in the PMS).
+
+        ``hits``: events that needed no reload (every event of a key with nothing spilled counts);
+        ``misses``: reloads of a unit (one event may reload one unit per plan).
+        """
+        return {**self.stats, "hits": self.m.counters.events - self.missed_events}
+
     def before(self, key: Hashable, states: list[Any], e: Event) -> None:
-        """Reload the spilled partial matches ``e`` can read (each reload a miss; none needed: a hit)."""
+        """Reload the spilled partial matches ``e`` can read (each reload a miss).
+
+        The matcher calls it only when ``key`` has spilled partial matches (:meth:`has_spilled`).
+        """
         if key not in self.spilled_keys:
-            self.stats["hits"] += 1
             return
         missed = False
         for p, (engine, st) in enumerate(zip(self.m.engines, states)):
@@ -130,31 +152,37 @@ class PartialMatchBuffer:
             if needed:
                 self._load((p, key), st, e.ts)
                 missed = True
-        if not missed:
-            self.stats["hits"] += 1
+        if missed:
+            self.missed_events += 1
 
     def after(self, key: Hashable, states: list[Any], e: Event, completed: bool) -> None:
         """Record the state update for the policy (Procedure 1) and spill when over capacity.
 
-        ``completed``: ``e`` completed matches. Until the buffer first fills only STPM's
-        statistics are kept; :meth:`_activate` then ranks every resident key.
+        ``completed``: ``e`` completed matches. The matcher calls it once ``live`` first exceeds
+        :attr:`watch_from` (the capacity): :meth:`_activate` then ranks every resident key.
         """
+        learn = self.learn
+        if not self.active:
+            if self.m.counters.live <= self.capacity:
+                return
+            self.watching = True
+            self._activate()
+            learn = False  # the bootstrap has seen e already
         etype = e.type
         for p, st in enumerate(states):
             slots = self.slot_of_type[p].get(etype)
             if not slots:
                 continue
-            if self.learn:
+            if learn:
                 self._learn(p, key, slots, e.ts)
-            if self.active:
-                self._touch(p, key, st, slots, e, completed)
+            self._touch(p, key, st, slots, e, completed)
         if self.m.counters.live > self.capacity:
-            if not self.active:
-                self._activate()
             self._spill()
 
     def expire(self, lower_ts: int) -> None:
         """Delete spilled batches whose partial matches all left the window."""
+        if not self.spilled:
+            return  # the index lists every batch in the store: nothing to ask
         for b in self.store.delete_expired(self.query_id, lower_ts):
             unit = (b.plan, self.keys.get(b.key))
             self._unindex(unit, b.slot, b.count, b.nbytes)
@@ -219,6 +247,8 @@ class PartialMatchBuffer:
     def _activate(self) -> None:
         """First fill: rank every resident key by its newest partial match (TPM: its oldest)."""
         self.active = True
+        if self.learn:
+            self._bootstrap()
         for key, states in self.m.states.items():
             st: Any
             for p, st in enumerate(states):
@@ -237,6 +267,55 @@ class PartialMatchBuffer:
                             oldest = min(first, oldest if oldest is not None else first)
                 if newest is not None and oldest is not None:
                     self.policy.touch((p, key), newest[0], self.weight(p, newest[1]), oldest)
+
+    def _bootstrap(self) -> None:
+        """STPM's first estimates, from the partial matches resident at the first spill.
+
+        Per plan and NFA state i: ``seen`` counts the distinct ``E_i`` events bound at state i,
+        ``followed`` those of them that a partial match also binds an ``E_{i+1}`` event after,
+        and ``max_gap`` is the largest gap between the two. Partial matches that completed or
+        left the window are not seen, so ``p`` leans low until the online counts take over.
+        """
+        for key, states in self.m.states.items():
+            st: Any
+            for p, st in enumerate(states):
+                seen, followed, gap = self.seen[p], self.followed[p], self.max_gap[p]
+                if self.chain:
+                    for j, d in enumerate(st.nodes):
+                        seen[j] += len(d)
+                        if not j:
+                            continue
+                        heads: set[int] = set()
+                        for node in d:
+                            t = node[0].ts
+                            for pred in node[2]:
+                                if pred[1] == j - 1:
+                                    heads.add(id(pred))
+                                    if t - pred[0].ts > gap[j - 1]:
+                                        gap[j - 1] = t - pred[0].ts
+                        followed[j - 1] += len(heads)
+                    continue
+                kleene = self.kleene[p]
+                bound: list[dict[int, int]] = [{} for _ in kleene]  # event id -> ts
+                extended: list[set[int]] = [set() for _ in kleene]
+                for j, runs in enumerate(st.by_slot):
+                    for run in runs:
+                        env = run[1]
+                        for i in range(j + 1):
+                            last = env[i][-1] if kleene[i] else env[i]
+                            bound[i][last.id] = last.ts
+                            if i < j:
+                                extended[i].add(last.id)
+                                nxt = env[i + 1][0] if kleene[i + 1] else env[i + 1]
+                                if nxt.ts - last.ts > gap[i]:
+                                    gap[i] = nxt.ts - last.ts
+                waiting: list[int | None] = [None] * len(kleene)  # _learn's last_seen: latest unfollowed
+                for i in range(len(kleene)):
+                    seen[i] += len(bound[i])
+                    followed[i] += len(extended[i])
+                    waiting[i] = max((t for x, t in bound[i].items() if x not in extended[i]), default=None)
+                if any(t is not None for t in waiting):
+                    self.last_seen[p][key] = waiting
 
     def _learn(self, p: int, key: Hashable, slots: tuple[int, ...], t: int) -> None:
         per_key = self.last_seen[p]

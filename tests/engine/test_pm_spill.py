@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.compiler import compile_query
+from engine.events import MICROS_PER_S, Event
 from engine.matcher import Matcher
 from engine.pm.policy import STPM, TPM
 from engine.pm.store import MemoryStore
@@ -88,3 +89,41 @@ def test_bad_capacity_and_policy_are_rejected():
         Matcher(q, pm_capacity=0)
     with pytest.raises(ValueError, match="unknown partial-match policy"):
         Matcher(q, pm_capacity=5, pm_policy="lru")
+
+
+def _stream(spec: list[tuple[str, int, str]]) -> list[Event]:
+    """(type, ts in seconds, key) -> events with ids in order."""
+    return [Event(i, t, s * MICROS_PER_S, {"key": k}) for i, (t, s, k) in enumerate(spec, start=1)]
+
+
+SEQ_ABC = "PATTERN SEQ(A a, B b, C c) PARTITION BY key WITHIN 100 s"
+
+
+@pytest.mark.parametrize("policy", ["stpm", "tpm"])
+def test_a_buffer_that_never_fills_records_nothing(policy):
+    events = _stream([("A", 1, "x"), ("B", 2, "x"), ("A", 3, "y"), ("C", 4, "x"), ("B", 5, "y")])
+    m = Matcher(compile_query(SEQ_ABC), storage="runs", pm_capacity=1_000, pm_policy=policy)
+    for e in events:
+        m.push(e)
+    pmb = m.pmb
+    assert pmb is not None and not pmb.watching and not pmb.active
+    assert len(pmb.policy) == 0 and pmb.last_seen == [{}] and pmb.seen == [[0, 0, 0]]  # type: ignore[arg-type]
+    s = m.stats()
+    assert s["hits"] == 5 and s["misses"] == 0 and s["spilled"] == 0
+
+
+@pytest.mark.parametrize("storage", ["chain", "runs"])
+def test_stpm_bootstraps_its_estimates_from_the_resident_partial_matches(storage):
+    # x: A@1 -> B@4; y: A@2 -> B@3; then z's A@5 is the 5th partial match (A, AB of x and y): over capacity 4
+    events = _stream([("A", 1, "x"), ("A", 2, "y"), ("B", 3, "y"), ("B", 4, "x"), ("A", 5, "z")])
+    m = Matcher(compile_query(SEQ_ABC + " STRATEGY skip_till_any_match"), storage=storage, pm_capacity=4, pm_batch=1)
+    for e in events[:-1]:
+        m.push(e)
+    pmb = m.pmb
+    assert pmb is not None and not pmb.active and pmb.seen == [[0, 0, 0]]
+    m.push(events[-1])
+    assert pmb.active and m.stats()["spilled"] >= 1
+    # A events of x, y, z seen, x's and y's followed by a B; the largest A -> B gap is x's 3 s
+    assert pmb.seen[0][:2] == [3, 2] and pmb.followed[0][0] == 2 and pmb.max_gap[0][0] == 3 * MICROS_PER_S
+    assert pmb.weight(0, 0) == pytest.approx(3 * MICROS_PER_S * 2 / 3)
+    assert pmb.weight(0, 1) == 0.0  # no B has been followed by a C yet
