@@ -83,6 +83,32 @@ def test_a_live_only_query_replays_like_lace_match(write_file, tmp_path):
     assert replayed.exit_code == 0 and replayed.stdout == matched.stdout and len(matched.stdout.splitlines()) == 7
 
 
+@pytest.mark.parametrize("query_text", [
+    "NAME pair\nPATTERN SEQ(Pass a, Pass b) PARTITION BY car WITHIN 1 h\n",
+    QUERY.replace("LIVE     PATTERN SEQ(Pass p) WHERE p.at = 'B'",
+                  "LIVE     PATTERN SEQ(Pass o, Pass p) WHERE p.at = 'B' PARTITION BY car WITHIN 1 h")
+         .replace("20 min", "60 min").replace("LOOKBACK 30 min", "LOOKBACK 60 min"),
+], ids=["live-only", "live-and-archived"])
+def test_replay_stats_report_the_partial_match_buffer(write_file, tmp_path, query_text):
+    query, events = write_file("q.lql", query_text), write_file("ev.csv", EVENTS)
+
+    def run(*pm: str) -> tuple[str, dict]:
+        stats = tmp_path / "stats.json"
+        result = invoke("replay", "-q", str(query), "-e", str(events), "--archive", str(tmp_path / "a"),
+                        "--backend", "memory", "--algorithm", "llaa", "--stats", str(stats), *pm)
+        assert result.exit_code == 0, result.output
+        return result.stdout, json.loads(stats.read_text())["live_matcher"]
+
+    plain, _ = run()
+    store = f"sqlite:///{tmp_path / 'pms.sqlite'}"
+    spilled, counters = run("--pm-capacity", "1", "--pm-policy", "tpm", "--pm-store", store)
+    assert spilled == plain and plain
+    assert counters["pm_policy"] == "tpm" and counters["pm_capacity"] == 1
+    assert counters["spilled"] > 0 and counters["misses"] > 0 and counters["reloaded"] > 0
+    for name in ("created", "hits", "expired", "pms_bytes"):
+        assert name in counters
+
+
 def assert_user_error(result, start: str) -> None:
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
