@@ -6,6 +6,8 @@ A, B, C and D); ``M_Ratio`` is the fraction of objects whose A is followed by th
 sequence (the others stop after A: their partial matches wait in vain until the window
 closes); ``p(B | A, Δt)`` is how likely the next reader follows within ``Δt``; ``N_S`` is the
 stream length. The partial-match buffer is 10% of the unbounded run's peak partial matches.
+Besides TPM and STPM every table has an offline reference, :class:`Farthest` (spill the unit
+needed farthest in the future, read off the stream): how low misses can go at that budget.
 
     python -m bench.stpm                       # SQLite store, M_Ratio 0.1..1 at N_S 50k, N_S 10k..100k
     python -m bench.stpm --store postgresql+psycopg://postgres@127.0.0.1:5432/test
@@ -17,6 +19,7 @@ Writes tables (Markdown) to stdout and PNG plots to ``docs/img/``.
 from __future__ import annotations
 
 import argparse
+import bisect
 import gc
 import itertools
 import json
@@ -29,19 +32,23 @@ from pathlib import Path
 from engine.compiler import compile_query
 from engine.events import Event
 from engine.matcher import Matcher
+from engine.pm.policy import _Ranked
 
 QUERY = "PATTERN SEQ(A a, B b, C c, D d) PARTITION BY key STRATEGY {strategy} WITHIN {w} s"
 IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 
 
 def generate(n: int, m_ratio: float, n_types: int = 8, p_next: float = 0.9, gap_ab_s: float = 2.0,
-             gap_s: float = 60.0, cycles_per_s: float = 20.0, n_keys: int = 100_000, zipf_s: float = 0.0,
+             gap_s: float = 60.0, cycles_per_s: float = 20.0, n_keys: int | None = None, zipf_s: float = 0.0,
              seed: int = 7) -> list[Event]:
     """The paper's discrete-pattern stream (Table 2 parameters), sorted by ts; ids in ts order.
 
-    ``n_keys`` objects (RFID tags) pass the readers A, B, C, D again and again; which object
-    starts the next pass is drawn with Zipf weights (exponent ``zipf_s``: a few objects are
-    busy, most are seldom seen), at ``cycles_per_s`` passes per second. A pass emits A, and with
+    Objects (RFID tags, the partition key) pass the readers A, B, C, D at ``cycles_per_s``
+    passes per second. ``n_keys=None`` (the default): every pass is a new object, as in 001's
+    RFID example (section 5: objects that pass readers A, B, C and D), so an object's partial
+    matches that wait in vain are never needed again. ``n_keys=N``: N objects pass again and
+    again; which one starts the next pass is drawn with Zipf weights (exponent ``zipf_s``), and
+    a later pass's B can extend an earlier pass's A (skip_till_any_match). A pass emits A, and with
     probability ``m_ratio`` (M_Ratio) goes on to B within ``gap_ab_s`` with probability ``p_next``
     (``p(B | A, Δt)``; up to 10 times later otherwise), then to C and D, each after a uniform gap
     in ``(0, 2 * gap_s)`` (the discrete pattern: sub-events spread far apart). Events of the
@@ -50,13 +57,15 @@ def generate(n: int, m_ratio: float, n_types: int = 8, p_next: float = 0.9, gap_
     """
     rng = random.Random(seed)
     noise_types = [chr(ord("E") + i) for i in range(max(0, n_types - 4))]
-    cum = list(itertools.accumulate(1.0 / (k ** zipf_s) for k in range(1, n_keys + 1)))
-    keys = list(range(1, n_keys + 1))
+    cum = list(itertools.accumulate(1.0 / (k ** zipf_s) for k in range(1, (n_keys or 1) + 1)))
+    keys = list(range(1, (n_keys or 1) + 1))
+    passes = 0
     rows: list[tuple[float, str, int]] = []
     t = 0.0
     while len(rows) < n:
         t += rng.expovariate(cycles_per_s)
-        key = rng.choices(keys, cum_weights=cum)[0]  # same draws as weights=, O(log n)
+        passes += 1
+        key = rng.choices(keys, cum_weights=cum)[0] if n_keys else passes  # same draws as weights=, O(log n)
         rows.append((t, "A", key))
         if rng.random() < m_ratio:
             s = t + (rng.uniform(0, gap_ab_s) if rng.random() < p_next else rng.uniform(gap_ab_s, 10 * gap_ab_s))
@@ -73,9 +82,37 @@ def generate(n: int, m_ratio: float, n_types: int = 8, p_next: float = 0.9, gap_
 STRATEGY = "skip_till_any_match"
 
 
+class Farthest(_Ranked):
+    """Offline reference policy (not in the engine): spill the unit needed farthest in the future.
+
+    Belady's rule with the future read off the stream: a unit's priority is minus the ts of
+    the next event of its key that reads partial matches (B, C or D of ``SEQ(A, B, C, D)``);
+    a unit never needed again is spilled first. Units differ in size, so this is a reference
+    for what knowing the future buys, not a proven optimum.
+    """
+
+    name = "farthest"
+
+    def __init__(self, events: list[Event], reading: frozenset[str] = frozenset("BCD")) -> None:
+        super().__init__()
+        self.needs: dict[object, list[int]] = {}
+        for e in events:
+            if e.type in reading:
+                self.needs.setdefault(e.attrs["key"], []).append(e.ts)
+
+    def touch(self, unit, t_us: int, weight_us: float, created_us: int) -> None:
+        needs = self.needs.get(unit[1], ())
+        i = bisect.bisect_right(needs, t_us)
+        self._set(unit, -needs[i] if i < len(needs) else float("-inf"))
+
+
 def run(events: list[Event], window_s: float, **kw) -> dict:
     q = compile_query(QUERY.format(w=window_s, strategy=STRATEGY))
+    policy = kw.pop("policy_object", None)
     m = Matcher(q, storage="runs", **kw)
+    if policy is not None:
+        assert m.pmb is not None and not m.pmb.learn
+        m.pmb.policy = policy
     gc.collect()
     c0, t0 = time.process_time(), time.perf_counter()
     keys = []
@@ -94,9 +131,11 @@ def compare(events: list[Event], window_s: float, store_url: str | None, fractio
     capacity = max(1, int(base["peak_live"] * fraction))
     out = {"n": len(events), "peak_live": base["peak_live"], "capacity": capacity, "matches": base["matches"],
            "none_cpu_s": base["cpu_s"]}
-    for policy in ("tpm", "stpm"):
-        store = _store(store_url)
-        r = run(events, window_s, pm_capacity=capacity, pm_policy=policy, pm_store=store)
+    for policy in ("tpm", "stpm", "farthest"):
+        store = _store(store_url if policy != "farthest" else "memory")
+        extra = {"pm_policy": "tpm", "policy_object": Farthest(events)} if policy == "farthest" else {
+            "pm_policy": policy}
+        r = run(events, window_s, pm_capacity=capacity, pm_store=store, **extra)
         assert r["result"] == base["result"], f"{policy} changed the results"
         out[policy] = {k: r[k] for k in ("cpu_s", "wall_s", "misses", "spilled", "reloaded")}
     return out
@@ -171,6 +210,7 @@ def _plot(rows: list[dict], x: str, title: str, name: str) -> None:
     for policy, style in (("tpm", "o-"), ("stpm", "s-")):
         ax1.plot(xs, [r[policy]["cpu_s"] for r in rows], style, label=policy.upper())
         ax2.plot(xs, [r[policy]["misses"] for r in rows], style, label=policy.upper())
+    ax2.plot(xs, [r["farthest"]["misses"] for r in rows], "k:", label="farthest (offline)")
     ax1.set_xlabel(x)
     ax1.set_ylabel("CPU s")
     ax2.set_xlabel(x)
@@ -186,12 +226,14 @@ def _plot(rows: list[dict], x: str, title: str, name: str) -> None:
 
 
 def _table(rows: list[dict], x: str) -> str:
-    lines = [f"| {x} | peak PMs | capacity | matches | TPM CPU s | STPM CPU s | TPM misses | STPM misses | ratio |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [f"| {x} | peak PMs | capacity | matches | TPM CPU s | STPM CPU s | TPM misses | STPM misses | STPM/TPM "
+             "| farthest misses | farthest/TPM |", "| --- " * 11 + "|"]
     for r in rows:
-        ratio = r["stpm"]["misses"] / r["tpm"]["misses"] if r["tpm"]["misses"] else 0.0
-        lines.append(f"| {r[x]} | {r['peak_live']:,} | {r['capacity']:,} | {r['matches']:,} | {r['tpm']['cpu_s']} | "
-                     f"{r['stpm']['cpu_s']} | {r['tpm']['misses']:,} | {r['stpm']['misses']:,} | {ratio:.3f} |")
+        tpm = r["tpm"]["misses"]
+        ratio, far = (r["stpm"]["misses"] / tpm, r["farthest"]["misses"] / tpm) if tpm else (0.0, 0.0)
+        lines.append(f"| {r[x]} | {r['peak_live']:,} | {r['capacity']:,} | {r['matches']:,} | "
+                     f"{r['tpm']['cpu_s']:.2f} | {r['stpm']['cpu_s']:.2f} | {tpm:,} | {r['stpm']['misses']:,} | "
+                     f"{ratio:.3f} | {r['farthest']['misses']:,} | {far:.3f} |")
     return "\n".join(lines)
 
 
@@ -207,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--tag", default="sqlite", help="suffix of the PNG names")
     ap.add_argument("--strategy", default=STRATEGY, help="selection strategy of the SEQ(A, B, C, D) query")
+    ap.add_argument("--keys", type=int, default=None,
+                    help="objects that pass again and again (default: a new object per pass)")
     a = ap.parse_args(argv)
     globals()["STRATEGY"] = a.strategy
     if a.overhead:
@@ -217,13 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     by_ratio = []
     for ratio in (float(x) for x in a.ratios.split(",")):
-        r = compare(generate(a.n, ratio), a.window, a.store)
+        r = compare(generate(a.n, ratio, n_keys=a.keys), a.window, a.store)
         r["M_Ratio"] = ratio
         by_ratio.append(r)
         print(json.dumps(r), file=sys.stderr, flush=True)
     by_size = []
     for n in (int(x) for x in a.sizes.split(",")):
-        r = compare(generate(n, 0.5), a.window, a.store)
+        r = compare(generate(n, 0.5, n_keys=a.keys), a.window, a.store)
         r["N_S"] = n
         by_size.append(r)
         print(json.dumps(r), file=sys.stderr, flush=True)
