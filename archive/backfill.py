@@ -346,7 +346,9 @@ class _Job:
         if not keys:
             df = df.withColumn(_GROUP_COL, F.lit(0))
             keys = [_GROUP_COL]
-        parts = int(self.spark.conf.get("spark.sql.shuffle.partitions") or "8")
+        # several key-group partitions per task slot: a few heavy keys do not leave a slot idle at the end
+        slots = self.spark.sparkContext.defaultParallelism
+        parts = max(int(self.spark.conf.get("spark.sql.shuffle.partitions") or "8"), 4 * slots)
         attrs = {n: list(t.attributes) for n, t in self.etypes.items()}
         fn = _instances_fn(self.query_text, side, attrs, self.acc)
         return df.repartition(parts, *keys).groupBy(*keys).applyInArrow(fn, schema=_INSTANCE_SCHEMA)

@@ -25,6 +25,7 @@ import csv
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -53,8 +54,6 @@ def build(rows: int | None, rebuild: bool) -> tuple[Path, Path, int, int, int]:
     if meta_path.exists() and not rebuild:
         meta = json.loads(meta_path.read_text())
         return root, csv_path, meta["n"], meta["lo"], meta["hi"]
-    import shutil
-
     shutil.rmtree(root, ignore_errors=True)
     CACHE.mkdir(parents=True, exist_ok=True)
     ndt: dict[str, float] = {}
@@ -102,10 +101,17 @@ def _iso(ts_us: int) -> str:
     return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ts_us)).isoformat()
 
 
-def spark_run(root: Path, lo: int, hi: int, master: str, out: Path) -> dict:
-    """One backfill in a fresh process with ``master`` (the session is started before the clock starts)."""
+def spark_run(root: Path, lo: int, hi: int, master: str, out: Path, *, pin: bool) -> dict:
+    """One backfill in a fresh process with ``master`` (the session is started before the clock starts).
+
+    With ``pin``, ``local[N]`` runs under ``taskset`` on CPUs 0..N-1, the JVM and the Python workers
+    included: ``local[1]`` alone would still let the JVM's scan, shuffle and GC threads use the other core.
+    """
     env = {**os.environ, "LACE_SPARK_MASTER": master}
     cmd = [sys.executable, "-m", "bench.backfill", "--worker", str(root), str(lo), str(hi), str(out)]
+    cores = master[len("local["):-1] if master.startswith("local[") else ""
+    if pin and cores.isdigit() and int(cores) <= (os.cpu_count() or 1) and shutil.which("taskset"):
+        cmd = ["taskset", "-c", f"0-{int(cores) - 1}", *cmd]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"backfill on {master} failed:\n{proc.stderr[-3000:]}")
@@ -155,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", type=int, default=None, help="first N readings only (default: the whole table)")
     ap.add_argument("--masters", default="local[2],local[1]", help="Spark masters to compare")
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached archive and CSV")
+    ap.add_argument("--no-pin", dest="pin", action="store_false",
+                    help="do not pin local[N] to N CPUs with taskset (default: pinned)")
     ap.add_argument("--skip-match", action="store_true", help="do not run the single-process lace match")
     ap.add_argument("--docs", action="store_true", help="also print a Markdown table")
     ap.add_argument("--worker", nargs=4, metavar=("ROOT", "LO", "HI", "OUT"), help=argparse.SUPPRESS)
@@ -164,12 +172,12 @@ def main(argv: list[str] | None = None) -> int:
         worker(root, int(lo), int(hi), out)
         return 0
     root, csv_path, n, lo, hi = build(a.rows, a.rebuild)
-    summary: dict = {"events": n, "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+    summary: dict = {"events": n, "machine": f"{platform.machine()}, {os.cpu_count()} cores", "pinned": a.pin,
                      "date": time.strftime("%Y-%m-%d"), "runs": {}}
     outputs = {}
     for master in a.masters.split(","):
         out = CACHE / f"out-{master.replace('[', '').replace(']', '')}.jsonl"
-        summary["runs"][master] = spark_run(root, lo, hi, master, out)
+        summary["runs"][master] = spark_run(root, lo, hi, master, out, pin=a.pin)
         outputs[master] = out
         print(master, summary["runs"][master], file=sys.stderr)
     if not a.skip_match:
