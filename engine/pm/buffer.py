@@ -108,7 +108,7 @@ class PartialMatchBuffer:
         self.store: PartialMatchStore = store if store is not None else MemoryStore()
         self.query_id = query_id or matcher.query.name or "query"
         self.chain = matcher.storage == "chain"
-        # the index: unit -> {NFA state (or CHAIN): [partial matches, payload bytes]}
+        # the index: unit -> {NFA state (or CHAIN): [partial matches, payload bytes, latest max_ts of its batches]}
         self.spilled: dict[Unit, dict[int, list[int]]] = {}
         self.spilled_keys: dict[Hashable, int] = {}
         self.keys: dict[str, Hashable] = {}
@@ -137,18 +137,26 @@ class PartialMatchBuffer:
         """Reload the spilled partial matches ``e`` can read (each reload a miss).
 
         The matcher calls it only when ``key`` has spilled partial matches (:meth:`has_spilled`).
+        Spilled partial matches that all began before ``e.ts - window`` cannot be extended by
+        ``e`` (the matcher would drop them): they are not needed, stay in the store until
+        :meth:`expire` deletes them, and cost no miss.
         """
         if key not in self.spilled_keys:
             return
         missed = False
+        lower = e.ts - self.window if self.window is not None else None
         for p, (engine, st) in enumerate(zip(self.m.engines, states)):
             spilled = self.spilled.get((p, key))
             if spilled is None:
                 continue
             if self.chain:
-                needed = e.type in engine.plan.slot_of_type
+                slots: Any = spilled if e.type in engine.plan.slot_of_type else ()
             else:
-                needed = any(j in spilled for j in engine.visit.get(e.type, engine.default_visit))
+                slots = [j for j in engine.visit.get(e.type, engine.default_visit) if j in spilled]
+            if lower is None:
+                needed = bool(slots)
+            else:
+                needed = any(spilled[j][2] >= lower for j in slots)
             if needed:
                 self._load((p, key), st, e.ts)
                 missed = True
@@ -377,7 +385,7 @@ class PartialMatchBuffer:
         total = 0
         for slot, n, max_ts, payload in parts:
             out.append(SpilledBatch(self.query_id, p, ekey, slot, n, max_ts, payload))
-            self._index(unit, slot, n, len(payload))
+            self._index(unit, slot, n, len(payload), max_ts)
             total += n
         self.stats["spilled"] += total
         self.m.counters.live -= total
@@ -406,14 +414,16 @@ class PartialMatchBuffer:
             oldest = _oldest(st, self.chain)
             self.policy.touch(unit, now, 0.0, oldest if oldest is not None else now)
 
-    def _index(self, unit: Unit, slot: int, count: int, nbytes: int) -> None:
+    def _index(self, unit: Unit, slot: int, count: int, nbytes: int, max_ts: int) -> None:
         slots = self.spilled.get(unit)
         if slots is None:
             slots = self.spilled[unit] = {}
             self.spilled_keys[unit[1]] = self.spilled_keys.get(unit[1], 0) + 1
-        entry = slots.setdefault(slot, [0, 0])
+        entry = slots.setdefault(slot, [0, 0, max_ts])
         entry[0] += count
         entry[1] += nbytes
+        if max_ts > entry[2]:
+            entry[2] = max_ts
         self.stats["pms_bytes"] += nbytes
 
     def _unindex(self, unit: Unit, slot: int, count: int, nbytes: int) -> None:

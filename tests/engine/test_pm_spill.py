@@ -127,3 +127,16 @@ def test_stpm_bootstraps_its_estimates_from_the_resident_partial_matches(storage
     assert pmb.seen[0][:2] == [3, 2] and pmb.followed[0][0] == 2 and pmb.max_gap[0][0] == 3 * MICROS_PER_S
     assert pmb.weight(0, 0) == pytest.approx(3 * MICROS_PER_S * 2 / 3)
     assert pmb.weight(0, 1) == 0.0  # no B has been followed by a C yet
+
+
+@pytest.mark.parametrize("storage", ["chain", "runs"])
+def test_spilled_partial_matches_out_of_the_window_are_not_reloaded_and_cost_no_miss(storage):
+    q = "PATTERN SEQ(A a, B b) PARTITION BY key WITHIN 10 s STRATEGY skip_till_any_match"
+    # x's A@1 is spilled (TPM: oldest first) when y's A@2 overflows capacity 1; B@20 of x cannot use it
+    # (20 - 10 > 1); B@5 of y needs y's A@2, spilled when z's A@3 came: a real miss
+    events = _stream([("A", 1, "x"), ("A", 2, "y"), ("A", 3, "z"), ("B", 5, "y"), ("B", 20, "x")])
+    m = Matcher(compile_query(q), storage=storage, pm_capacity=1, pm_batch=1, pm_policy="tpm")
+    found = [x.key() for e in events for x in m.push(e)] + [x.key() for x in m.flush()]
+    s = m.stats()
+    assert len(found) == 1 and s["spilled"] >= 2  # (A@2, B@5) of y
+    assert s["misses"] == 1 and s["hits"] == 4
