@@ -249,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--overhead", action="store_true")
     ap.add_argument("--tag", default="sqlite", help="suffix of the PNG names")
     ap.add_argument("--strategy", default=STRATEGY, help="selection strategy of the SEQ(A, B, C, D) query")
+    ap.add_argument("--budget", type=float, default=0.10, help="buffer capacity as a fraction of the peak")
     ap.add_argument("--keys", type=int, default=None,
                     help="objects that pass again and again (default: a new object per pass)")
     a = ap.parse_args(argv)
@@ -260,23 +261,27 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(aarhus(a.store)))
         return 0
     by_ratio = []
-    for ratio in (float(x) for x in a.ratios.split(",")):
-        r = compare(generate(a.n, ratio, n_keys=a.keys), a.window, a.store)
+    for ratio in (float(x) for x in a.ratios.split(",") if x):
+        r = compare(generate(a.n, ratio, n_keys=a.keys), a.window, a.store, a.budget)
         r["M_Ratio"] = ratio
         by_ratio.append(r)
         print(json.dumps(r), file=sys.stderr, flush=True)
     by_size = []
-    for n in (int(x) for x in a.sizes.split(",")):
-        r = compare(generate(n, 0.5, n_keys=a.keys), a.window, a.store)
+    for n in (int(x) for x in a.sizes.split(",") if x):
+        r = compare(generate(n, 0.5, n_keys=a.keys), a.window, a.store, a.budget)
         r["N_S"] = n
         by_size.append(r)
         print(json.dumps(r), file=sys.stderr, flush=True)
-    print(f"### Experiment 6a: M_Ratio sweep (N_S = {a.n:,}, buffer = 10% of peak, store {a.tag})\n")
-    print(_table(by_ratio, "M_Ratio"))
-    print(f"\n### Experiment 5/6b: N_S sweep (M_Ratio = 0.5, buffer = 10% of peak, store {a.tag})\n")
-    print(_table(by_size, "N_S"))
-    _plot(by_ratio, "M_Ratio", f"TPM vs STPM, N_S={a.n:,} ({a.tag})", f"stpm_mratio_{a.tag}.png")
-    _plot(by_size, "N_S", f"TPM vs STPM, M_Ratio=0.5 ({a.tag})", f"stpm_ns_{a.tag}.png")
+    pct = f"{a.budget:.0%}"
+    if by_ratio:
+        print(f"### Experiment 6a: M_Ratio sweep (N_S = {a.n:,}, buffer = {pct} of peak, store {a.tag})\n")
+        print(_table(by_ratio, "M_Ratio"))
+        _plot(by_ratio, "M_Ratio", f"TPM vs STPM, N_S={a.n:,}, buffer {pct} of peak ({a.tag})",
+              f"stpm_mratio_{a.tag}.png")
+    if by_size:
+        print(f"\n### Experiment 5/6b: N_S sweep (M_Ratio = 0.5, buffer = {pct} of peak, store {a.tag})\n")
+        print(_table(by_size, "N_S"))
+        _plot(by_size, "N_S", f"TPM vs STPM, M_Ratio=0.5, buffer {pct} of peak ({a.tag})", f"stpm_ns_{a.tag}.png")
     if a.aarhus:
         print("\n### Aarhus congestion query, buffer = 1% of peak\n")
         print(json.dumps(aarhus(a.store)))
