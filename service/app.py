@@ -129,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 settings.spark_master,
                 flush_archive=runtime.archive.flush,
                 on_deliveries=dispatcher.wake,
+                metrics=metrics,
             )
             await anyio.to_thread.run_sync(runner.start)
         app.state.backfills = runner

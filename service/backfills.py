@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.core.metrics import Metrics
 from service.db.models import BackfillRow, QueryRow
 from service.db.session import now_us
 
@@ -49,6 +50,8 @@ class BackfillRunner:
         Called after alerts with deliveries were committed (wakes the webhook dispatcher).
     progress_interval_s : float
         Least seconds between two progress writes of one backfill.
+    metrics : Metrics, optional
+        The service's Prometheus metrics (``lace_spark_jobs``, ``lace_backfills{state}``, events, matches).
     """
 
     def __init__(
@@ -60,6 +63,7 @@ class BackfillRunner:
         flush_archive: Callable[[], object] | None = None,
         on_deliveries: Callable[[], object] | None = None,
         progress_interval_s: float = 1.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.sessions = sessions
         self.archive_root = archive_root
@@ -67,6 +71,7 @@ class BackfillRunner:
         self.flush_archive = flush_archive
         self.on_deliveries = on_deliveries
         self.progress_interval_s = progress_interval_s
+        self.metrics = metrics
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._lock = threading.Lock()
@@ -161,6 +166,8 @@ class BackfillRunner:
             if self.flush_archive is not None:
                 self.flush_archive()
             spark = self._spark()
+            if self.metrics is not None:
+                self.metrics.spark_jobs.inc()
             result = run_backfill(
                 self.archive_root,
                 text,
@@ -180,6 +187,9 @@ class BackfillRunner:
             with self._lock:
                 self._cancels.pop(backfill_id, None)
         alerts = self._deliver(query_id, result.matches) if deliver else None
+        if self.metrics is not None:
+            self.metrics.backfill_events.inc(result.events_scanned)
+            self.metrics.backfill_matches.inc(len(result.matches))
         self._finish(
             backfill_id,
             "succeeded",
@@ -221,9 +231,11 @@ class BackfillRunner:
 
     def _finish(self, backfill_id: int, state: str, **values: Any) -> None:
         with self.sessions() as s:
-            s.execute(
+            res: Any = s.execute(
                 update(BackfillRow)
                 .where(BackfillRow.id == backfill_id, BackfillRow.state.not_in(FINAL_STATES))
                 .values(state=state, finished_at_us=now_us(), **values)
             )
             s.commit()
+        if res.rowcount and self.metrics is not None:
+            self.metrics.backfills.labels(state).inc()

@@ -1,8 +1,8 @@
 """Prometheus metrics of one service instance (its own registry, so tests can build many apps).
 
 Measured: events in/late/rejected, matches, alerts, deliveries, partial matches in memory,
-archive buffer and WAL. Exposed at 0 until their subsystem exists: partial matches spilled
-(STPM, DESIGN.md section 6) and Spark jobs (live-and-archived queries, backfills).
+archive buffer and WAL, backfills (Spark job groups). Exposed at 0 until their subsystem exists
+in the service: partial matches spilled (STPM, DESIGN.md section 6).
 """
 from __future__ import annotations
 
@@ -45,8 +45,13 @@ class Metrics:
         self.archive_lag = Gauge("lace_archive_lag_seconds", "Age of the oldest unflushed event, seconds", registry=r)
         self.archive_wal_bytes = Gauge("lace_archive_wal_bytes", "Bytes in the archive write-ahead log", registry=r)
         self.spark_jobs = Counter(
-            "lace_spark_jobs", "Spark jobs run by the service (none yet: live-only queries)", registry=r
+            "lace_spark_jobs", "Spark job groups run by the service (one per backfill started)", registry=r
         )
+        self.backfills = Counter("lace_backfills", "Backfills ended, by final state", ["state"], registry=r)
+        self.backfill_events = Counter(
+            "lace_backfill_events_scanned", "Archived events read by succeeded backfills", registry=r
+        )
+        self.backfill_matches = Counter("lace_backfill_matches", "Matches found by succeeded backfills", registry=r)
         self.replayed = Counter("lace_replayed_events", "Events replayed from the archive at start", registry=r)
         self._collectors: list[Callable[[], None]] = []
 

@@ -85,6 +85,11 @@ def test_backfill_equals_live_alerts_and_delivers_to_webhooks(service: Service, 
         listed = c.get("/backfills", params={"query_id": late_q["id"]}).json()["items"]
         assert [x["id"] for x in listed] == [b2.json()["id"], b3.json()["id"]]
 
+        text = c.get("/metrics").text
+    values = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines() if line and line[0] != "#"}
+    assert values['lace_backfills_total{state="succeeded"}'] >= 3 and values["lace_spark_jobs_total"] >= 3
+    assert values["lace_backfill_matches_total"] >= 3 * len(live)
+
 
 def test_cancel_a_queued_backfill_and_bad_input(service: Service, t0: int) -> None:
     with service.client() as c:

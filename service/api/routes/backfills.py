@@ -7,7 +7,7 @@ Delta results table and, with ``deliver``, in the query's alerts and webhooks.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from sqlalchemy import select, update
@@ -123,13 +123,16 @@ def cancel_backfill(id: Id, request: Request, session: SessionDep, _: AdminKey) 
     if row.state in FINAL_STATES:
         raise ApiError(409, f"the backfill has ended ({row.state})", "path.id")
     # a queued one ends here; a running one ends when its Spark job group has stopped
-    session.execute(
+    runner = _runner(request)
+    res: Any = session.execute(
         update(BackfillRow)
         .where(BackfillRow.id == id, BackfillRow.state == "queued")
         .values(state="cancelled", finished_at_us=now_us())
     )
     session.commit()
-    _runner(request).cancel(id)
+    if res.rowcount and runner.metrics is not None:
+        runner.metrics.backfills.labels("cancelled").inc()
+    runner.cancel(id)
     session.refresh(row)
     return public(row)
 
