@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ApiError(Exception):
@@ -41,8 +43,12 @@ class ApiError(Exception):
         self.headers: dict[str, str] | None = None
 
 
-def not_found(what: str, ident: object, field: str = "path.id") -> ApiError:
-    return ApiError(404, f"no {what} with id {ident}", field)
+def get_or_404(session: Session, model: type[T], ident: Any, what: str, field: str = "path.id") -> T:
+    """The row of ``model`` with primary key ``ident``, else a 404 ``no <what> with id <ident>`` on ``field``."""
+    row = session.get(model, ident)
+    if row is None:
+        raise ApiError(404, f"no {what} with id {ident}", field)
+    return row
 
 
 def _loc(loc: Sequence[Any]) -> str:

@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from service.api.deps import ReadKey, SessionDep
 from service.api.paging import page
-from service.core.errors import ApiError
+from service.core.errors import ApiError, get_or_404
 from service.db.models import AlertRow
 from service.schemas.alerts import AlertPage, AlertPublic
 from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
@@ -63,7 +63,4 @@ def list_alerts(
 
 @router.get("/{id}", summary="Get an alert")
 def get_alert(id: Id, session: SessionDep, _: ReadKey) -> AlertPublic:
-    row = session.get(AlertRow, id)
-    if row is None:
-        raise ApiError(404, f"no alert with id {id}", "path.id")
-    return public(row)
+    return public(get_or_404(session, AlertRow, id, "alert"))

@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from service.api.deps import AdminKey, ReadKey, SessionDep, SettingsDep
 from service.api.paging import page
 from service.backfills import FINAL_STATES, BackfillRunner
-from service.core.errors import ApiError
+from service.core.errors import ApiError, get_or_404
 from service.db.models import BackfillRow, QueryRow
 from service.db.session import now_us
 from service.live.events import parse_ts
@@ -62,10 +62,7 @@ def _ts(value: str | int, name: str) -> int:
 
 
 def _get(session: SessionDep, backfill_id: int) -> BackfillRow:
-    row = session.get(BackfillRow, backfill_id)
-    if row is None:
-        raise ApiError(404, f"no backfill with id {backfill_id}", "path.id")
-    return row
+    return get_or_404(session, BackfillRow, backfill_id, "backfill")
 
 
 @router.post("", status_code=202, summary="Start a backfill of a query over archived history [from, to)")
@@ -76,9 +73,7 @@ def create_backfill(
     lo, hi = _ts(body.from_, "from"), _ts(body.to, "to")
     if hi <= lo:
         raise ApiError(422, "must be after from", "body.to")
-    query = session.get(QueryRow, body.query_id)
-    if query is None:
-        raise ApiError(404, f"no query with id {body.query_id}", "body.query_id")
+    query = get_or_404(session, QueryRow, body.query_id, "query", "body.query_id")
     row = BackfillRow(
         query_id=query.id,
         query_version=query.version,

@@ -8,7 +8,7 @@ from sqlalchemy import select
 
 from service.api.deps import AdminKey, ReadKey, SessionDep
 from service.api.paging import page
-from service.core.errors import ApiError
+from service.core.errors import get_or_404
 from service.db.models import DeliveryAttemptRow, DeliveryRow
 from service.db.session import now_us
 from service.schemas.alerts import DeliveryAttemptPublic, DeliveryDetail, DeliveryPage, DeliveryPublic
@@ -55,10 +55,7 @@ def list_deliveries(
 
 
 def _get(session: SessionDep, delivery_id: int) -> DeliveryRow:
-    row = session.get(DeliveryRow, delivery_id)
-    if row is None:
-        raise ApiError(404, f"no delivery with id {delivery_id}", "path.id")
-    return row
+    return get_or_404(session, DeliveryRow, delivery_id, "delivery")
 
 
 @router.get("/{id}", summary="Get a delivery with its attempt log")

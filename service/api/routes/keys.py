@@ -6,7 +6,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.api.deps import AdminKey, SessionDep
-from service.core.errors import ApiError
+from service.core.errors import get_or_404
 from service.core.security import hash_api_key, new_api_key
 from service.db.models import ApiKeyRow
 from service.db.session import now_us
@@ -55,9 +55,7 @@ def list_api_keys(session: SessionDep, _: AdminKey) -> list[ApiKeyPublic]:
 
 @router.delete("/{id}", status_code=204, summary="Revoke an API key")
 def revoke_api_key(id: Id, session: SessionDep, _: AdminKey) -> Response:
-    row = session.get(ApiKeyRow, id)
-    if row is None:
-        raise ApiError(404, f"no API key with id {id}", "path.id")
+    row = get_or_404(session, ApiKeyRow, id, "API key")
     if row.revoked_at_us is None:
         row.revoked_at_us = now_us()
         session.commit()

@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from engine.compiler import CompiledQuery, compile_query
 from engine.lql.errors import QueryError
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
-from service.core.errors import ApiError
+from service.core.errors import ApiError, get_or_404
 from service.db.models import QueryRow
 from service.db.session import now_us
 from service.live.runtime import LiveRuntime
@@ -60,10 +60,7 @@ def compile_text(text: str, runtime: LiveRuntime) -> CompiledQuery:
 
 
 def _get(session: SessionDep, query_id: int) -> QueryRow:
-    row = session.get(QueryRow, query_id)
-    if row is None:
-        raise ApiError(404, f"no query with id {query_id}", "path.id")
-    return row
+    return get_or_404(session, QueryRow, query_id, "query")
 
 
 @router.post("", status_code=201, summary="Register a query (LQL text)")

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
 from service.api.deps import AdminKey, ReadKey, SessionDep, SettingsDep
-from service.core.errors import ApiError
+from service.core.errors import ApiError, get_or_404
 from service.core.security import new_salt, webhook_secret
 from service.db.models import QueryRow, WebhookRow
 from service.db.session import now_us
@@ -51,8 +51,7 @@ def check_url(url: str) -> str:
 @router.post("", status_code=201, summary="Subscribe a URL to a query's alerts")
 def create_webhook(body: WebhookCreate, session: SessionDep, settings: SettingsDep, _: AdminKey) -> WebhookCreated:
     url = check_url(body.url)
-    if session.get(QueryRow, body.query_id) is None:
-        raise ApiError(404, f"no query with id {body.query_id}", "body.query_id")
+    get_or_404(session, QueryRow, body.query_id, "query", "body.query_id")
     row = WebhookRow(query_id=body.query_id, url=url, salt=new_salt(), active=True, created_at_us=now_us())
     session.add(row)
     session.commit()
@@ -71,10 +70,7 @@ def list_webhooks(
 
 
 def get_row(session: SessionDep, webhook_id: int) -> WebhookRow:
-    row = session.get(WebhookRow, webhook_id)
-    if row is None:
-        raise ApiError(404, f"no webhook with id {webhook_id}", "path.id")
-    return row
+    return get_or_404(session, WebhookRow, webhook_id, "webhook")
 
 
 @router.get("/{id}", summary="Get a webhook")
