@@ -33,6 +33,8 @@ WITHIN 1 hour
 RETURN a.key AS segment, a.avg_speed AS before_kmh, b.avg_speed AS after_kmh
 """
 
+DROP_AFTER_REBOUND = (DEMO / "queries" / "drop_after_rebound.lql").read_text()
+
 
 def one_segment(key: int) -> str:
     """A query without PARTITION BY (the whole stream is one group)."""
@@ -211,13 +213,19 @@ def test_cli_backfill_writes_jsonl(spark, demo_archive, tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_text().splitlines() == live_lines(SPEED_DROP, d["traffic"], lo, hi)
 
+    la = tmp_path / "la.lql"
+    la.write_text(DROP_AFTER_REBOUND)
+    lo, hi = d["b0"] + 2 * DAY_US, d["b0"] + 3 * DAY_US
+    args = ["backfill", "-q", str(la), "-a", str(d["root"]), "--from", str(lo // 1000), "--to", str(hi // 1000),
+            "--no-progress"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == replay_lines(DROP_AFTER_REBOUND, d["bars"], lo, hi) != []
+
     bad = CliRunner().invoke(app, ["backfill", "--query", str(qfile), "--archive", str(d["root"]),
                                    "--from", "yesterday", "--to", "1"])
     assert bad.exit_code == 2
     assert bad.stderr.strip().startswith("error: --from")
-
-
-DROP_AFTER_REBOUND = (DEMO / "queries" / "drop_after_rebound.lql").read_text()
 
 
 def test_live_and_archived_query_with_archive_key(spark, demo_archive):
