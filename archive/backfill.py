@@ -324,6 +324,7 @@ class _Job:
     pins: dict[str, int]
     etypes: dict[str, EventType]
     acc: Any
+    partitions: int
     views: ExitStack = field(default_factory=ExitStack)
     """Keeps the temporary views of the scans open until the action is done."""
 
@@ -346,9 +347,7 @@ class _Job:
         if not keys:
             df = df.withColumn(_GROUP_COL, F.lit(0))
             keys = [_GROUP_COL]
-        # several key-group partitions per task slot: a few heavy keys do not leave a slot idle at the end
-        slots = self.spark.sparkContext.defaultParallelism
-        parts = max(int(self.spark.conf.get("spark.sql.shuffle.partitions") or "8"), 4 * slots)
+        parts = self.partitions
         attrs = {n: list(t.attributes) for n, t in self.etypes.items()}
         fn = _instances_fn(self.query_text, side, attrs, self.acc)
         return df.repartition(parts, *keys).groupBy(*keys).applyInArrow(fn, schema=_INSTANCE_SCHEMA)
@@ -415,6 +414,7 @@ def run_backfill(
     poll_s: float = 0.25,
     cancel: threading.Event | None = None,
     query_id: int | None = None,
+    partitions: int | None = None,
 ) -> BackfillResult:
     """Evaluate a query (live, or live-and-archived) over the archive's events in ``[from_us, to_us)`` on Spark.
 
@@ -443,6 +443,8 @@ def run_backfill(
         Append the matches to the Delta results table ``<root>/_backfills/results``.
     query_id : int, optional
         The service's id of the query, stored with the results.
+    partitions : int, optional
+        Partitions of the key groups (default: ``spark.sql.shuffle.partitions``, at least 4 per task slot).
     poll_s : float
         Seconds between progress reports (and cancel checks).
     cancel : threading.Event, optional
@@ -506,7 +508,9 @@ def run_backfill(
         # a session started elsewhere (a cluster session, or one made before archive.spark set
         # PYSPARK_PYTHON): the Python workers must have this interpreter's packages (engine, pyarrow)
         sc.pythonExec = sys.executable
-    job = _Job(spark, reader, query_text, pins, etypes, sc.accumulator(0))
+    # several key-group partitions per task slot: a few heavy keys do not leave a slot idle at the end
+    parts = partitions or max(int(spark.conf.get("spark.sql.shuffle.partitions") or "8"), 4 * sc.defaultParallelism)
+    job = _Job(spark, reader, query_text, pins, etypes, sc.accumulator(0), parts)
     outcome: dict[str, Any] = {}
     stop = cancel if cancel is not None else threading.Event()
 
