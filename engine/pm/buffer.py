@@ -107,6 +107,9 @@ class PartialMatchBuffer:
         self.missed_events = 0
         self.store: PartialMatchStore = store if store is not None else MemoryStore()
         self.query_id = query_id or matcher.query.name or "query"
+        # the index starts empty: rows of this query already in the store are orphans of an interrupted
+        # run (a run that ends flushes them) and would be read back as this run's partial matches
+        self.store.clear(self.query_id)
         self.chain = matcher.storage == "chain"
         # the index: unit -> {NFA state (or CHAIN): [partial matches, payload bytes, latest max_ts of its batches]}
         self.spilled: dict[Unit, dict[int, list[int]]] = {}
@@ -281,27 +284,35 @@ class PartialMatchBuffer:
 
         Per plan and NFA state i: ``seen`` counts the distinct ``E_i`` events bound at state i,
         ``followed`` those of them that a partial match also binds an ``E_{i+1}`` event after,
-        and ``max_gap`` is the largest gap between the two. Partial matches that completed or
-        left the window are not seen, so ``p`` leans low until the online counts take over.
+        and ``max_gap`` is the largest gap between the two. Partial matches that left the window
+        are not seen. A match that completed is not kept (unless its last component is a Kleene
+        closure), so the last transition ``E_{n-1} -> E_n`` is left to the online counts: counting
+        its ``E_{n-1}`` events here without their completions would bias ``p`` low.
         """
         for key, states in self.m.states.items():
             st: Any
             for p, st in enumerate(states):
                 seen, followed, gap = self.seen[p], self.followed[p], self.max_gap[p]
+                final = len(self.kleene[p]) - 1
+                skip = final - 1 if not self.kleene[p][final] else -1  # see above: learnt online only
                 if self.chain:
+                    heads: list[set[int]] = [set() for _ in st.nodes]  # ids of slot-j nodes a slot j+1 node follows
                     for j, d in enumerate(st.nodes):
-                        seen[j] += len(d)
-                        if not j:
-                            continue
-                        heads: set[int] = set()
-                        for node in d:
+                        for node in d if j else ():
                             t = node[0].ts
                             for pred in node[2]:
                                 if pred[1] == j - 1:
-                                    heads.add(id(pred))
+                                    heads[j - 1].add(id(pred))
                                     if t - pred[0].ts > gap[j - 1]:
                                         gap[j - 1] = t - pred[0].ts
-                        followed[j - 1] += len(heads)
+                    chain_waiting: list[int | None] = []
+                    for j, d in enumerate(st.nodes):
+                        chain_waiting.append(max((n[0].ts for n in d if id(n) not in heads[j]), default=None))
+                        if j != skip:
+                            seen[j] += len(d)
+                            followed[j] += len(heads[j])
+                    if any(t is not None for t in chain_waiting):
+                        self.last_seen[p][key] = chain_waiting
                     continue
                 kleene = self.kleene[p]
                 bound: list[dict[int, int]] = [{} for _ in kleene]  # event id -> ts
@@ -319,9 +330,11 @@ class PartialMatchBuffer:
                                     gap[i] = nxt.ts - last.ts
                 waiting: list[int | None] = [None] * len(kleene)  # _learn's last_seen: latest unfollowed
                 for i in range(len(kleene)):
+                    waiting[i] = max((t for x, t in bound[i].items() if x not in extended[i]), default=None)
+                    if i == skip:
+                        continue
                     seen[i] += len(bound[i])
                     followed[i] += len(extended[i])
-                    waiting[i] = max((t for x, t in bound[i].items() if x not in extended[i]), default=None)
                 if any(t is not None for t in waiting):
                     self.last_seen[p][key] = waiting
 
