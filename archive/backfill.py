@@ -147,6 +147,14 @@ def _norm_key(value: Any) -> str | None:
 
 
 @functools.lru_cache(maxsize=16)
+def _plan(query_text: str) -> LiveArchivedPlan:
+    """The compiled live-and-archived query (cached per Python worker, like :func:`_side`)."""
+    from engine.live_archived.plan import compile_live_archived
+
+    return compile_live_archived(query_text)
+
+
+@functools.lru_cache(maxsize=16)
 def _side(query_text: str, side: str | None) -> tuple[CompiledQuery, Callable[[Any], tuple[str | None, str] | None]]:
     """The compiled pattern of one side and ``encode(match) -> (join key, payload)`` (None: drop the match).
 
@@ -160,9 +168,9 @@ def _side(query_text: str, side: str | None) -> tuple[CompiledQuery, Callable[[A
         from engine.compiler import compile_query
 
         return compile_query(query_text), lambda m: (None, match_line(m))
-    from engine.live_archived.plan import NO_KEY, compile_live_archived
+    from engine.live_archived.plan import NO_KEY
 
-    plan = compile_live_archived(query_text)
+    plan = _plan(query_text)
     keyed = plan.key is not None
     if side == "live":
 
@@ -256,9 +264,8 @@ def _join_fn(query_text: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from engine.io import match_from_wire, match_line
-        from engine.live_archived.plan import compile_live_archived
 
-        plan = compile_live_archived(query_text)
+        plan = _plan(query_text)
         for batch in batches:
             lives, archs = batch.column(0).to_pylist(), batch.column(1).to_pylist()
             cache: dict[str, Any] = {}
@@ -347,24 +354,28 @@ class _Job:
         if not keys:
             df = df.withColumn(_GROUP_COL, F.lit(0))
             keys = [_GROUP_COL]
-        parts = self.partitions
         attrs = {n: list(t.attributes) for n, t in self.etypes.items()}
         fn = _instances_fn(self.query_text, side, attrs, self.acc)
-        return df.repartition(parts, *keys).groupBy(*keys).applyInArrow(fn, schema=_INSTANCE_SCHEMA)
+        return df.repartition(self.partitions, *keys).groupBy(*keys).applyInArrow(fn, schema=_INSTANCE_SCHEMA)
 
     def close(self) -> None:
         """Drop the temporary views."""
         self.views.close()
 
 
-def _live_results(job: _Job, compiled: CompiledQuery, from_us: int, to_us: int) -> DataFrame | None:
-    from pyspark.sql import functions as F
-
+def _read_range(compiled: CompiledQuery, from_us: int, to_us: int) -> tuple[int, int]:
+    """The events to read for the matches of ``compiled`` that start in ``[from_us, to_us)``: one span
+    (:func:`engine.live_archived.plan.live_span_us`) on each side, everything when unbounded."""
     from engine.live_archived.plan import live_span_us
 
     span = live_span_us(compiled)
-    lo, hi = (MIN_US, MAX_US) if span is None else (from_us - span, to_us + span)
-    df = job.instances(compiled, None, lo, hi)
+    return (MIN_US, MAX_US) if span is None else (from_us - span, to_us + span)
+
+
+def _live_results(job: _Job, compiled: CompiledQuery, from_us: int, to_us: int) -> DataFrame | None:
+    from pyspark.sql import functions as F
+
+    df = job.instances(compiled, None, *_read_range(compiled, from_us, to_us))
     if df is None:
         return None
     df = df.where((F.col("start") >= from_us) & (F.col("start") < to_us))
@@ -375,12 +386,10 @@ def _live_results(job: _Job, compiled: CompiledQuery, from_us: int, to_us: int) 
 def _live_archived_results(job: _Job, plan: LiveArchivedPlan, from_us: int, to_us: int) -> DataFrame | None:
     from pyspark.sql import functions as F
 
-    from engine.live_archived.plan import live_span_us
 
-    span_l, span_a = live_span_us(plan.live), live_span_us(plan.archived)
-    lo_l, hi_l = (MIN_US, MAX_US) if span_l is None else (from_us - span_l, to_us + span_l)
-    lo_a = MIN_US if span_a is None else from_us - plan.lookback_us - span_a
-    live = job.instances(plan.live, "live", lo_l, hi_l)
+    # archived instances start at or after from - LOOKBACK and end before to
+    lo_a = _read_range(plan.archived, from_us - plan.lookback_us, to_us)[0]
+    live = job.instances(plan.live, "live", *_read_range(plan.live, from_us, to_us))
     archived = job.instances(plan.archived, "archived", lo_a, to_us)
     if live is None or archived is None:
         return None
