@@ -94,7 +94,7 @@ class BackfillRunner:
         self._wake.set()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Cancel the running backfill and stop the worker (its row ends ``cancelled``)."""
+        """Cancel the running backfill and stop the worker (its row ends ``failed``: the service stopped)."""
         self._stopping.set()
         with self._lock:
             for ev in self._cancels.values():
@@ -180,8 +180,12 @@ class BackfillRunner:
                 query_id=query_id,
             )
         except BackfillError as e:
-            state = "cancelled" if cancel.is_set() else "failed"
-            self._finish(backfill_id, state, error=None if state == "cancelled" else str(e))
+            if self._stopping.is_set():
+                self._finish(backfill_id, "failed", error="the service stopped while it ran")
+            elif cancel.is_set():
+                self._finish(backfill_id, "cancelled")
+            else:
+                self._finish(backfill_id, "failed", error=str(e))
             return
         finally:
             with self._lock:
