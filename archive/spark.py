@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 _UTC_JAVA = "-Duser.timezone=UTC"
+_LOG4J = Path(__file__).with_name("log4j2.properties")
+_DRIVER_JAVA = f"{_UTC_JAVA} -Dlog4j2.configurationFile=file:{_LOG4J}"  # errors only: no start-up banner
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
@@ -120,7 +122,7 @@ def build_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": _UTC_JAVA,
+        "spark.driver.extraJavaOptions": _DRIVER_JAVA,
         "spark.executor.extraJavaOptions": _UTC_JAVA,
         "spark.executorEnv.TZ": "UTC",
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",

@@ -53,3 +53,15 @@ def test_the_delta_connector_is_configured_only_when_the_jar_holds_it(tmp_path):
     conf = build_conf(SparkSettings(delta_jar=str(jar)))
     assert conf["spark.jars"] == str(jar) and conf["spark.sql.extensions"] == DELTA_EXTENSION
     assert "spark.sql.extensions" not in build_conf(SparkSettings(delta_jar=str(other)))
+
+
+def test_driver_logs_errors_only_with_the_bundled_log4j_config() -> None:
+    """The driver JVM gets archive/log4j2.properties (no start-up banner in `lace demo` / `lace backfill`)."""
+    from pathlib import Path
+
+    from archive.spark import SparkSettings, build_conf
+
+    opts = build_conf(SparkSettings(master="local[1]"))["spark.driver.extraJavaOptions"]
+    path = Path(opts.split("-Dlog4j2.configurationFile=file:")[1].split()[0])
+    assert path.is_file() and "rootLogger.level = error" in path.read_text()
+    assert "-Duser.timezone=UTC" in opts
