@@ -321,18 +321,21 @@ class Matcher:
         if w is None:
             return
         lower = now - w if now < END_OF_TIME else END_OF_TIME
-        if self.pmb is not None:
-            self.pmb.expire(lower)
+        pmb = self.pmb
+        if pmb is not None:
+            pmb.expire(lower)
+        spilled = pmb.spilled_keys if pmb is not None and pmb.spilled_keys else None
         empty = []
         for key, states in self.states.items():
-            alive = self.pmb is not None and self.pmb.has_spilled(key)
+            alive = spilled is not None and key in spilled
             for engine, st in zip(self.engines, states):
                 engine.expire(st, lower)
                 if st.live() or st.pending or any(st.neg_buf):
                     alive = True
             if not alive:
                 empty.append(key)
+        watching = pmb if pmb is not None and pmb.watching else None  # before that it keeps nothing per key
         for key in empty:
             del self.states[key]
-            if self.pmb is not None:
-                self.pmb.forget_key(key)
+            if watching is not None:
+                watching.forget_key(key)
