@@ -13,6 +13,8 @@ needed farthest in the future, read off the stream): how low misses can go at th
     python -m bench.stpm --store postgresql+psycopg://postgres@127.0.0.1:5432/test
     python -m bench.stpm --aarhus              # + the congestion query over the whole Aarhus table
     python -m bench.stpm --overhead            # CPU with a buffer that never fills vs no buffer
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        python -m bench.stpm --one stpm --n 20000 --capacity 14133   # instructions, one configuration
 
 Writes tables (Markdown) to stdout and PNG plots to ``docs/img/``.
 """
@@ -248,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="10000,25000,50000,100000", help="N_S sweep; with --aarhus, 0 runs only Aarhus")
     ap.add_argument("--aarhus", action="store_true")
     ap.add_argument("--overhead", action="store_true")
+    ap.add_argument("--one", choices=["gen", "none", "tpm", "stpm"],
+                    help="generate --n events (M_Ratio 0.5) and run one configuration once, capacity --capacity: "
+                         "for counting instructions under valgrind (gen: generate and compile only, the baseline)")
+    ap.add_argument("--capacity", type=int, default=10**9)
     ap.add_argument("--tag", default="sqlite", help="suffix of the PNG names")
     ap.add_argument("--strategy", default=STRATEGY, help="selection strategy of the SEQ(A, B, C, D) query")
     ap.add_argument("--budget", type=float, default=0.10, help="buffer capacity as a fraction of the peak")
@@ -257,6 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     globals()["STRATEGY"] = a.strategy
     if a.overhead:
         print(json.dumps(overhead()))
+        return 0
+    if a.one:
+        events = generate(a.n, 0.5)
+        q = compile_query(QUERY.format(w=a.window, strategy=STRATEGY))
+        if a.one != "gen":  # the matcher alone: no result collection
+            kw = {"pm_capacity": a.capacity, "pm_policy": a.one} if a.one != "none" else {}
+            m = Matcher(q, storage="runs", **kw)
+            n = sum(len(m.push(e)) for e in events) + len(m.flush())
+            print(json.dumps({"matches": n, **{k: m.stats().get(k, 0) for k in ("peak_live", "spilled")}}))
         return 0
     if a.aarhus and a.sizes == "0":
         print(json.dumps(aarhus(a.store)))
