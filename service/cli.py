@@ -524,19 +524,25 @@ def backfill(
     if shutil.which("java") is None:
         fail("lace backfill needs Java 17 on PATH (Spark reads the archive)")
 
-    from archive.backfill import BackfillError, Progress, run_backfill
+    from rich.console import Console
 
+    from archive.backfill import BackfillError, Progress, run_backfill
+    from archive.spark import get_spark
+
+    err = Console(stderr=True)
+    if progress:
+        with err.status("starting Spark"):
+            get_spark()
     bar: Any = None
     task: Any = None
     if progress:
-        from rich.console import Console
         from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
 
         bar = RichProgress(
             TextColumn("backfill"), BarColumn(), TextColumn("{task.percentage:>5.1f}% tasks"),
             TextColumn("{task.fields[events]:,} events"), TimeElapsedColumn(),
-            console=Console(stderr=True), transient=True,
+            console=err, transient=True,
         )
         task = bar.add_task("backfill", total=100.0, events=0)
         bar.start()
