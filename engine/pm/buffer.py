@@ -8,10 +8,11 @@ touch is in memory: a **miss** reloads spilled ones; every other event is a **hi
 and spills ``ΔR`` partial matches in one batch when the buffer is over capacity).
 
 The no-spill path is kept to two O(1) tests per event in the matcher: nothing is recorded
-until the live partial matches first exceed :attr:`PartialMatchBuffer.watch_from` (TPM:
-the capacity: at the first spill TPM's ranking is rebuilt from the resident partial matches,
-and STPM's ``Δt``/``p`` statistics are bootstrapped from them, see :meth:`_bootstrap`), and
-hits are counted as events minus the events that missed.
+until the live partial matches first exceed the capacity (:attr:`PartialMatchBuffer.watch_from`);
+at that first spill TPM's ranking is rebuilt from the resident partial matches and STPM's
+``Δt``/``p`` statistics are bootstrapped from them (:meth:`PartialMatchBuffer._bootstrap`).
+Until then sweeps forget nothing per key, and hits are counted as events minus the events
+that missed.
 
 The unit of spilling is the paper's partial-match entity ``PM_e`` of one object (TID): all
 partial matches of one partition key in one plan. Its priority is refreshed whenever an
@@ -74,7 +75,9 @@ class PartialMatchBuffer:
     batch : int, optional
         ``ΔR``: partial matches spilled at once; default 10% of the capacity (at least 1).
     query_id : str, optional
-        Names the query's rows in the store; default the query's NAME or ``"query"``.
+        Names the query's rows in the store; default the query's NAME or ``"query"``. Rows of
+        that name already in the store are deleted here (orphans of an interrupted run), so
+        one store must not serve two concurrent runs of the same query name.
 
     Raises
     ------
