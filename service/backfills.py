@@ -140,20 +140,25 @@ class BackfillRunner:
         """Run one queued backfill to its end (blocking)."""
         from archive.backfill import BackfillError, Progress, run_backfill
 
-        with self.sessions() as s:
-            row = s.get(BackfillRow, backfill_id)
-            if row is None or row.state != "queued":
-                return
-            query = s.get(QueryRow, row.query_id)
-            if query is None:
-                return  # deleted with its query
-            query_id, text, run_id = row.query_id, query.text, row.run_id
-            lo, hi, deliver = row.from_us, row.to_us, row.deliver
-            row.state, row.started_at_us = "running", now_us()
-            s.commit()
+        # the cancel event exists before the row is claimed: a cancel request in between finds one of the two
         cancel = threading.Event()
         with self._lock:
             self._cancels[backfill_id] = cancel
+        with self.sessions() as s:
+            claimed: Any = s.execute(
+                update(BackfillRow)
+                .where(BackfillRow.id == backfill_id, BackfillRow.state == "queued")
+                .values(state="running", started_at_us=now_us())
+            )
+            s.commit()
+            row = s.get(BackfillRow, backfill_id)
+            query = s.get(QueryRow, row.query_id) if row is not None else None
+            if not claimed.rowcount or row is None or query is None:  # cancelled, or deleted with its query
+                with self._lock:
+                    self._cancels.pop(backfill_id, None)
+                return
+            query_id, text, run_id = row.query_id, query.text, row.run_id
+            lo, hi, deliver = row.from_us, row.to_us, row.deliver
         last = [0.0]
 
         def report(p: Progress) -> None:
