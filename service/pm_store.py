@@ -10,15 +10,15 @@ import contextlib
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, delete, event, func, insert, select
+from sqlalchemy import Engine, Table, delete, event, func, insert, select
 
 from engine.pm.store import SpilledBatch
 from service.db.pm_models import PartialMatchRow
 from service.db.session import make_engine
 
-T = PartialMatchRow.__table__
+T = cast(Table, PartialMatchRow.__table__)
 
 
 class SqlPartialMatchStore:
@@ -63,23 +63,23 @@ class SqlPartialMatchStore:
         where = (T.c.query_id == query_id, T.c.plan == plan, T.c.partition_key == key, T.c.nfa_state == slot)
         with self.engine.begin() as conn:
             rows = conn.execute(
-                select(T.c.id, T.c.count, T.c.max_ts_us, T.c.payload).where(*where).order_by(T.c.id)
+                select(T.c.id, T.c.count.label("n"), T.c.max_ts_us, T.c.payload).where(*where).order_by(T.c.id)
             ).all()
             if rows:
                 conn.execute(delete(T).where(T.c.id.in_([r.id for r in rows])))
-        return [SpilledBatch(query_id, plan, key, slot, r.count, r.max_ts_us, bytes(r.payload)) for r in rows]
+        return [SpilledBatch(query_id, plan, key, slot, r.n, r.max_ts_us, bytes(r.payload)) for r in rows]
 
     def delete_expired(self, query_id: str, lower_ts: int) -> list[SpilledBatch]:
         where = (T.c.query_id == query_id, T.c.max_ts_us < lower_ts)
         with self.engine.begin() as conn:
             rows = conn.execute(
-                select(T.c.id, T.c.plan, T.c.partition_key, T.c.nfa_state, T.c.count, T.c.max_ts_us,
+                select(T.c.id, T.c.plan, T.c.partition_key, T.c.nfa_state, T.c.count.label("n"), T.c.max_ts_us,
                        func.length(T.c.payload).label("nbytes")).where(*where)
             ).all()
             if rows:
                 conn.execute(delete(T).where(T.c.id.in_([r.id for r in rows])))
         return [
-            SpilledBatch(query_id, r.plan, r.partition_key, r.nfa_state, r.count, r.max_ts_us, b"", r.nbytes)
+            SpilledBatch(query_id, r.plan, r.partition_key, r.nfa_state, r.n, r.max_ts_us, b"", r.nbytes)
             for r in rows
         ]
 
