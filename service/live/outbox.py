@@ -48,8 +48,7 @@ def _json_safe(value: Any) -> Any:
 
 def alert_values(found: Found, now_us: int) -> dict[str, Any]:
     """The ``alerts`` row of a live match."""
-    m = found.match
-    return doc_values(found.query_id, {"events": m.ids(), "fields": m.fields, "start": m.start, "end": m.end}, now_us)
+    return doc_values(found.query_id, found.match.to_json(), now_us)
 
 
 def doc_values(query_id: int, doc: dict[str, Any], now_us: int) -> dict[str, Any]:

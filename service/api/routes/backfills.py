@@ -66,9 +66,7 @@ def _get(session: SessionDep, backfill_id: int) -> BackfillRow:
 
 
 @router.post("", status_code=202, summary="Start a backfill of a query over archived history [from, to)")
-def create_backfill(
-    body: BackfillCreate, request: Request, session: SessionDep, settings: SettingsDep, _: AdminKey
-) -> BackfillPublic:
+def create_backfill(body: BackfillCreate, request: Request, session: SessionDep, _: AdminKey) -> BackfillPublic:
     runner = _runner(request)
     lo, hi = _ts(body.from_, "from"), _ts(body.to, "to")
     if hi <= lo:
@@ -135,7 +133,6 @@ def cancel_backfill(id: Id, request: Request, session: SessionDep, _: AdminKey) 
 @router.get("/{id}/results", summary="The matches of a succeeded backfill, in (start, end) order")
 def backfill_results(
     id: Id,
-    request: Request,
     session: SessionDep,
     settings: SettingsDep,
     _: ReadKey,
