@@ -51,7 +51,7 @@ endif
 
 lint: venv  ## ruff and mypy
 	$(LACE_VENV)/bin/ruff check .
-	$(LACE_VENV)/bin/mypy $(wildcard engine service archive)
+	$(LACE_VENV)/bin/mypy $(wildcard engine service archive cli)
 
 check-java:  ## fail unless java is on PATH (needed by Spark targets)
 	@command -v java >/dev/null 2>&1 || { echo "Java 17 is required (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }

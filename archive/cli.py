@@ -1,6 +1,6 @@
 """``lace archive compact|vacuum|checkpoint``: archive maintenance from the command line.
 
-Mounted by ``service/cli.py`` as ``app.add_typer(archive_app, name="archive")``. Each
+Mounted by ``cli/main.py`` as ``app.add_typer(archive_app, name="archive")``. Each
 command prints one JSON object on stdout; user errors print one ``error: ...`` line on
 stderr and exit 2.
 """

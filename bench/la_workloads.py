@@ -49,7 +49,7 @@ def aarhus() -> list[Event]:
     from engine.io import read_events
 
     events = []
-    for e in read_events(ROOT / "service" / "demo_data" / "traffic_slice.csv"):
+    for e in read_events(ROOT / "cli" / "demo_data" / "traffic_slice.csv"):
         e.attrs["hour"] = (e.ts // 3_600_000_000) % 24
         events.append(e)
     events.sort(key=Event.order_key)

@@ -56,9 +56,9 @@ class SparkBench:
         self.runs = 0
 
     def archive(self, events: list[Event]) -> Any:
+        from archive.archived_source import GrowingDeltaArchive
         from archive.writer import ArchiveWriter
-        from service.archived_source import GrowingDeltaArchive
-        from service.replay import infer_event_types
+        from cli.replay import infer_event_types
 
         self.runs += 1
         types = infer_event_types(events, "key")

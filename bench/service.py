@@ -80,7 +80,7 @@ def start_service(tmp: Path, port: int, extra_env: dict[str, str] | None = None)
         LACE_WEBHOOK_POLL_S="0.5",
     )
     key = subprocess.run(
-        [sys.executable, "-m", "service.cli", "keys", "create", "-s", "admin", "-s", "ingest", "-s", "read"],
+        [sys.executable, "-m", "cli", "keys", "create", "-s", "admin", "-s", "ingest", "-s", "read"],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -88,7 +88,7 @@ def start_service(tmp: Path, port: int, extra_env: dict[str, str] | None = None)
         check=True,
     ).stdout.strip()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve"],
+        [sys.executable, "-m", "cli", "serve"],
         env=env,
         cwd=REPO,
         stdout=open(tmp / "serve.log", "wb"),

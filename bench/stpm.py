@@ -144,7 +144,7 @@ def compare(events: list[Event], window_s: float, store_url: str | None, fractio
 
 
 def _store(url: str | None):
-    from service.pm_store import SqlPartialMatchStore
+    from service.db.pm_store import SqlPartialMatchStore
 
     if url == "memory":
         from engine.pm.store import MemoryStore

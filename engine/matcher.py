@@ -70,7 +70,7 @@ class Matcher:
     pm_policy : {"stpm", "tpm"}
         Which partial matches to spill first (001, section 5).
     pm_store : PartialMatchStore, optional
-        Where spilled partial matches go (default: in memory; ``service.pm_store`` for SQL).
+        Where spilled partial matches go (default: in memory; ``service.db.pm_store`` for SQL).
     pm_batch : int, optional
         ``ΔR``, partial matches spilled at once (default 10% of ``pm_capacity``).
 

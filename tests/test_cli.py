@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app, parse_duration_us
+from cli.app import parse_duration_us
+from cli.main import app
 
 runner = CliRunner()
 
@@ -183,7 +184,7 @@ def test_match_sort_orders_the_file_by_ts_then_id(write_file):
 
 def test_module_entry_point_prints_errors_without_traceback(tmp_path, repo_root):
     proc = subprocess.run(
-        [sys.executable, "-m", "service.cli", "match", "-q", str(tmp_path / "q.lql"), "-e", str(tmp_path / "e.csv")],
+        [sys.executable, "-m", "cli", "match", "-q", str(tmp_path / "q.lql"), "-e", str(tmp_path / "e.csv")],
         cwd=repo_root, capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2

@@ -6,7 +6,7 @@
   :mod:`~engine.live_archived.ollaa`, :mod:`~engine.live_archived.sllaa`: the algorithms;
 - :mod:`~engine.live_archived.runner`: build one by name, replay a stream through it.
 
-Pure Python: no Spark, no Arrow (``service.archived_source`` adapts the Delta archive).
+Pure Python: no Spark, no Arrow (``archive.archived_source`` adapts the Delta archive).
 """
 from engine.live_archived.alaa import ALAA
 from engine.live_archived.base import LiveInstance, Runner

@@ -14,8 +14,11 @@ from engine.live_archived.sllaa import SLLAA
 from engine.live_archived.source import ArchiveSource, MemoryArchive
 from engine.match import Match
 from engine.matcher import LateEventError
+from engine.options import Algorithm
 
-ALGORITHMS: dict[str, type[Runner]] = {"alaa": ALAA, "llaa": LLAA, "ollaa": OLLAA, "sllaa": SLLAA}
+ALGORITHMS: dict[str, type[Runner]] = {
+    Algorithm.alaa: ALAA, Algorithm.llaa: LLAA, Algorithm.ollaa: OLLAA, Algorithm.sllaa: SLLAA
+}
 
 
 def make_runner(

@@ -4,7 +4,7 @@ The algorithms of 001 section 4 only ever ask the archive two things: the events
 and time ranges (one *archive request*, 001's archived-event extractor), and statistics for OLLAA
 (001 section 4.3: event counts, and the selectivity of a pattern over a stretch of the archive).
 :class:`MemoryArchive` answers them from memory (tests, ``lace replay --backend memory``, benches);
-``service.archived_source.SparkArchiveSource`` answers them from the Delta archive through Spark.
+``archive.archived_source.SparkArchiveSource`` answers them from the Delta archive through Spark.
 
 Ranges are half-open ``[lo, hi)`` in int microseconds UTC; keys are values of the archived side's
 key attribute (a PARTITION BY attribute, see :class:`engine.live_archived.plan.KeyPlan`).

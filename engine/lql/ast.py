@@ -17,15 +17,12 @@ from dataclasses import dataclass
 from typing import Literal as TLiteral
 from typing import Union
 
+from engine.options import Strategy as StrategyName
+
 Strategy = TLiteral[
     "skip_till_any_match", "skip_till_next_match", "strict_contiguity", "partition_contiguity"
 ]
-STRATEGIES: tuple[str, ...] = (
-    "skip_till_any_match",
-    "skip_till_next_match",
-    "strict_contiguity",
-    "partition_contiguity",
-)
+STRATEGIES: tuple[str, ...] = tuple(s.value for s in StrategyName)
 DEFAULT_STRATEGY: Strategy = "skip_till_any_match"
 
 

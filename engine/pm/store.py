@@ -1,6 +1,6 @@
 """The partial-match store (PMS) interface and an in-memory implementation.
 
-The SQL implementation (SQLAlchemy; SQLite or PostgreSQL) lives in ``service.pm_store`` so that
+The SQL implementation (SQLAlchemy; SQLite or PostgreSQL) lives in ``service.db.pm_store`` so that
 ``engine`` stays free of database imports (DESIGN.md section 2).
 """
 from __future__ import annotations

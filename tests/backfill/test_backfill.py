@@ -11,17 +11,17 @@ from typer.testing import CliRunner
 from archive.backfill import BackfillError, read_results, run_backfill
 from archive.schema import EventType
 from archive.writer import ArchiveWriter
+from cli.replay import ReplayOptions, run_replay
 from engine.compiler import compile_query
 from engine.events import Event
 from engine.io import match_line, read_events
 from engine.live_archived.plan import compile_live_archived
 from engine.match import Match
 from engine.matcher import Matcher
-from service.replay import ReplayOptions, run_replay
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-DEMO = Path(__file__).resolve().parents[2] / "service" / "demo_data"
+DEMO = Path(__file__).resolve().parents[2] / "cli" / "demo_data"
 DAY_US = 86_400_000_000
 
 SPEED_DROP = """NAME speed_drop
@@ -200,7 +200,7 @@ def test_a_failing_job_says_why(spark, demo_archive):
 
 
 def test_cli_backfill_writes_jsonl(spark, demo_archive, tmp_path):
-    from service.cli import app
+    from cli.main import app
 
     d = demo_archive
     qfile = tmp_path / "q.lql"

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from service.cli import app
+from cli.main import app
 
 runner = CliRunner()
 

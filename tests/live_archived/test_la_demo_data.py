@@ -10,7 +10,7 @@ from engine.events import Event
 from engine.io import read_events
 from engine.live_archived import ALGORITHMS, compile_live_archived, make_runner, replay, run_memory
 
-DATA = Path(__file__).resolve().parents[2] / "service" / "demo_data"
+DATA = Path(__file__).resolve().parents[2] / "cli" / "demo_data"
 HOUR = 3_600_000_000
 
 BARS = """
@@ -68,9 +68,9 @@ def test_the_four_algorithms_agree_on_the_demo_data(name, query, n, expected):
 @pytest.mark.slow
 @pytest.mark.integration
 def test_the_four_algorithms_agree_on_the_spark_archive(spark, tmp_path):
+    from archive.archived_source import GrowingDeltaArchive
     from archive.writer import ArchiveWriter
-    from service.archived_source import GrowingDeltaArchive
-    from service.replay import infer_event_types
+    from cli.replay import infer_event_types
 
     events = load("bars_1m.csv", 3_120)  # two trading days
     plan = compile_live_archived(BARS)

@@ -95,7 +95,7 @@ class Service:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "service.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             env=self.env,
             cwd=REPO,
             capture_output=True,
@@ -108,7 +108,7 @@ class Service:
         self.env["LACE_PORT"] = str(self.port)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "serve"], env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "cli", "serve"], env=self.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

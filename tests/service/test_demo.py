@@ -7,9 +7,9 @@ import shutil
 import pytest
 from rich.console import Console
 
+from cli.demo import SPLITS, load_queries, load_stream, run_demo, split_stream
 from engine.compiler import CompiledQuery
 from engine.live_archived.plan import LiveArchivedPlan
-from service.demo import SPLITS, load_queries, load_stream, run_demo, split_stream
 
 
 def test_bundled_streams_merge_in_time_order_with_unique_ids_and_an_hour():

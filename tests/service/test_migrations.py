@@ -24,7 +24,7 @@ def test_db_upgrade_reaches_head_and_matches_the_models(fresh_db: Database, tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("LACE_")}
     env.update(LACE_DATABASE_URL=fresh_db.url, LACE_DATA_DIR=str(tmp_path))
     out = subprocess.run(
-        [sys.executable, "-m", "service.cli", "db", "upgrade"], env=env, cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "cli", "db", "upgrade"], env=env, cwd=REPO, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
     head = ScriptDirectory.from_config(alembic_config(fresh_db.url)).get_current_head()

@@ -9,7 +9,7 @@ from sqlalchemy import create_engine, text
 from engine.compiler import compile_query
 from engine.matcher import Matcher
 from engine.pm.store import SpilledBatch
-from service.pm_store import SqlPartialMatchStore
+from service.db.pm_store import SqlPartialMatchStore
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -1,6 +1,6 @@
 """``lace demo``: the main job (DESIGN.md section 13) on bundled real data.
 
-The bundled data (``service/demo_data``, attribution in its README.md) are two real streams:
+The bundled data (``cli/demo_data``, attribution in its README.md) are two real streams:
 1-minute trade bars of AIG, BAC, IBM and SPY in the week of 2013-10-07 (QuantConnect LEAN
 sample data) and two weeks of 5-minute traffic readings of 40 Aarhus road segments
 (CityPulse / Open Data Aarhus). ``hour`` (the UTC hour of day) is added to every event as it is
@@ -9,13 +9,14 @@ read (LQL has no modulo; the "same hour on previous days" query joins on it).
 The demo creates a Delta archive in a temporary directory, loads the first part of each stream
 (before :data:`SPLITS`) into it, then replays the rest as a live stream in event-time order:
 every live event is archived as it passes (like ``lace replay``) and offered to the demo queries
-of ``service/demo_data/queries``: live-only ones run on a :class:`~engine.matcher.Matcher`,
+of ``cli/demo_data/queries``: live-only ones run on a :class:`~engine.matcher.Matcher`,
 live-and-archived ones (``LIVE ... ARCHIVED ... LOOKBACK``) with SLLAA over the Delta archive,
 read through Spark. Alerts are printed as they are found, then a summary.
 """
 from __future__ import annotations
 
 import heapq
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -23,10 +24,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cli.app import app, fail
 from engine.compiler import CompiledQuery, compile_query
 from engine.events import Event
 from engine.io import read_events
@@ -153,11 +156,11 @@ def run_demo(
         with tempfile.TemporaryDirectory(prefix="lace-demo-") as tmp:
             return run_demo(speed=speed, show=show, tolerance_s=tolerance_s, console=console,
                             workdir=Path(tmp), spark=spark)
+    from archive.archived_source import GrowingDeltaArchive
     from archive.spark import get_spark
     from archive.writer import ArchiveWriter
+    from cli.replay import infer_event_types
     from engine.live_archived.runner import make_runner
-    from service.archived_source import GrowingDeltaArchive
-    from service.replay import infer_event_types
 
     t0 = time.perf_counter()
     events = load_stream()
@@ -274,3 +277,23 @@ def _report(run: QueryRun, matches: list[Match], console: Console, show: int) ->
         elif run.shown == show:
             run.shown += 1
             console.print(f"[dim]{run.query.name}: further alerts are counted in the summary[/dim]")
+
+
+@app.command()
+def demo(
+    speed: float = typer.Option(0.0, help="event-time seconds replayed per wall second (0: as fast as possible)"),
+    show: int = typer.Option(6, help="alerts printed per query; the rest are counted"),
+    tolerance: float = typer.Option(
+        14_400.0, help="SLLAA's tolerated delay T_L for the live-and-archived queries, event-time seconds"
+    ),
+) -> None:
+    """The main job: archive the first part of bundled real data (Aarhus traffic, US equity bars), replay the
+    rest live through live-only and live-and-archived queries, print alerts and a summary (needs Java 17)."""
+
+    if speed < 0:
+        fail("--speed must be >= 0")
+    if tolerance < 0:
+        fail("--tolerance must be >= 0")
+    if shutil.which("java") is None:
+        fail("lace demo needs Java 17 on PATH (Spark reads the archive); e.g. apt-get install openjdk-17-jre-headless")
+    run_demo(speed=speed, show=show, tolerance_s=tolerance)

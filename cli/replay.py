@@ -10,15 +10,34 @@ live-and-archived query runs with one of ALAA, LLAA, OLLAA or SLLAA; a live-only
 """
 from __future__ import annotations
 
+import json
+import shutil
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
+import typer
+
+from cli.app import (
+    Algorithm,
+    Backend,
+    PmPolicy,
+    TsUnitChoice,
+    app,
+    fail,
+    open_out,
+    parse_duration_us,
+    read_text,
+    silence_stdout,
+)
 from engine.events import Event
+from engine.io import EventFileError, iter_event_rows, match_line
 from engine.live_archived.plan import compile_live_archived
-from engine.live_archived.runner import make_runner, replay
+from engine.live_archived.runner import make_runner
+from engine.live_archived.runner import replay as replay_stream
 from engine.live_archived.source import MemoryArchive
 from engine.lql.ast import LiveArchivedQuery
 from engine.lql.parser import parse
@@ -138,7 +157,7 @@ Sink = Callable[[Match], object]
 
 def _drive(events: Sequence[Event], runner: Any, archive: Callable[[Event], None], sink: Sink) -> dict[str, Any]:
     n = 0
-    for m in replay(events, runner, archive):
+    for m in replay_stream(events, runner, archive):
         sink(m)
         n += 1
     stats: dict[str, Any] = {"query": runner.plan.name, **runner.stats()}
@@ -180,8 +199,8 @@ def _live_only(query_text: str, events: Sequence[Event], options: ReplayOptions,
 
 
 def _open_writer(options: ReplayOptions, events: Sequence[Event], key_attr: str | None) -> Any:
+    from archive.archived_source import GrowingDeltaArchive
     from archive.writer import ArchiveWriter
-    from service.archived_source import GrowingDeltaArchive
 
     root = options.archive_dir
     if root is None:
@@ -208,3 +227,84 @@ def _on_spark(query: LiveArchivedQuery, events: Sequence[Event], options: Replay
         archive.writer.close()
     stats["archive"] = archive.writer.stats()
     return stats
+
+
+@app.command()
+def replay(
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file (live-and-archived or live-only).")],
+    events: Annotated[Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...) or JSONL.")],
+    archive: Annotated[Path, typer.Option("--archive", "-a", help="Archive directory (new or empty; spark backend).")],
+    algorithm: Annotated[Algorithm, typer.Option(help="Live-and-archived algorithm.")] = Algorithm.sllaa,
+    tolerance: Annotated[
+        str, typer.Option(help="Tolerated delay T_L (SLLAA subwindows, OLLAA archive refresh), e.g. '1 min'.")
+    ] = "1 min",
+    max_batch: Annotated[int, typer.Option(help="SLLAA: at most N live instances per subwindow.", min=1)] = 1000,
+    pm_capacity: Annotated[
+        int | None, typer.Option(help="Keep at most N partial matches in memory; spill the rest.", min=1)
+    ] = None,
+    pm_policy: Annotated[PmPolicy, typer.Option(help="Which partial matches to spill first.")] = PmPolicy.stpm,
+    pm_store: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
+    ] = None,
+    backend: Annotated[Backend, typer.Option(help="memory, or spark: Delta at --archive, read through Spark.")] = (
+        Backend.spark
+    ),
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write results here (JSONL); default stdout.")] = None,
+    stats: Annotated[Path | None, typer.Option("--stats", help="Write the counters here (JSON).")] = None,
+    ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
+        TsUnitChoice.auto
+    ),
+) -> None:
+    """Play an event file as a live stream, archiving it as it passes, and run a live-and-archived query."""
+    text = read_text(query)
+    if not events.is_file():
+        fail(f"{events}: no such file")
+    try:
+        tolerance_us = parse_duration_us(tolerance)
+    except ValueError as e:
+        fail(f"--tolerance: {e}")
+    if backend is Backend.spark and shutil.which("java") is None:
+        fail("the spark backend needs Java 17 on PATH (or use --backend memory)")
+
+    from engine.lql.errors import QueryError
+    from engine.lql.parser import parse
+    from service.db.pm_store import open_pm_store
+
+    try:
+        parse(text)
+    except QueryError as e:
+        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    try:
+        rows = [event for _, event in iter_event_rows(events, ts_unit=ts_unit.value)]
+    except EventFileError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{events}: {e.strerror or e}")
+    sink = open_out(out)
+    with open_pm_store((pm_store or "") if pm_capacity is not None else None, fail) as store:
+        options = ReplayOptions(
+            algorithm=algorithm.value,
+            tolerance_us=tolerance_us,
+            max_batch=max_batch,
+            pm_capacity=pm_capacity,
+            pm_policy=pm_policy.value,
+            pm_store=store,
+            backend=backend.value,
+            archive_dir=archive,
+        )
+        try:
+            counters = run_replay(text, rows, options, lambda m: sink.write(match_line(m) + "\n"))
+            sink.flush()
+        except (QueryError, ReplayError) as e:
+            fail(str(e) if isinstance(e, ReplayError) else f"{query}:{e.line}:{e.column}: {e.reason}")
+        except BrokenPipeError:
+            silence_stdout()
+            raise typer.Exit(0) from None
+        finally:
+            if sink is not sys.stdout:
+                sink.close()
+    if stats is not None:
+        try:
+            stats.write_text(json.dumps(counters, indent=1, default=str) + "\n", encoding="utf-8")
+        except OSError as e:
+            fail(f"{stats}: {e.strerror or e}")

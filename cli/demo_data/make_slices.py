@@ -1,6 +1,6 @@
 """Rebuild the demo's data slices from the shared datasets (run from the repository root).
 
-    python service/demo_data/make_slices.py [/path/to/shared/data]
+    python cli/demo_data/make_slices.py [/path/to/shared/data]
 
 The slices are committed; this script only documents how they were cut:
 - ``traffic_slice.csv``: the Aarhus traffic slice (40 segments, 2 weeks of 5-minute readings) as

@@ -1,0 +1,146 @@
+"""The ``lace`` command line (DESIGN.md section 12): the typer app and what its commands share.
+
+One module per command registers itself on :data:`app` (``cli.match``, ``cli.replay``, ``cli.demo``,
+``cli.backfill``, ``cli.serve``); :mod:`cli.main` imports them all.
+
+User errors (bad query, missing file, bad event row) print one ``error: ...`` line on
+stderr and exit 2, never a traceback. Engine modules are imported inside the commands
+that need them, so ``lace --help`` stays fast.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from enum import StrEnum
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, NoReturn, TextIO
+
+import typer
+
+from engine.events import MICROS_PER_S
+from engine.options import Algorithm, PmPolicy, Storage, Strategy
+
+app = typer.Typer(
+    name="lace",
+    help="LACE: live-and-archived complex event detection.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+USAGE_ERROR = 2
+MAX_LATE_REPORTS = 10  # late events reported one by one; the rest only counted
+_STUB = {"allow_extra_args": True, "ignore_unknown_options": True}
+_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zµ]*)\s*\Z", re.IGNORECASE)
+_UNIT_US = {
+    **dict.fromkeys(("us", "µs", "micro", "micros", "microsecond", "microseconds"), 1),
+    **dict.fromkeys(("ms", "milli", "millis", "millisecond", "milliseconds"), 1_000),
+    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), MICROS_PER_S),
+    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60 * MICROS_PER_S),
+    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3_600 * MICROS_PER_S),
+    **dict.fromkeys(("d", "day", "days"), 86_400 * MICROS_PER_S),
+}
+
+
+class Backend(StrEnum):
+    """Where ``lace replay`` archives the stream: in memory, or in Delta read through Spark."""
+
+    memory = "memory"
+    spark = "spark"
+
+
+class Scope(StrEnum):
+    """API key scopes."""
+
+    admin = "admin"
+    ingest = "ingest"
+    read = "read"
+
+
+class TsUnitChoice(StrEnum):
+    """Unit of numeric ts values in an event file (see ``engine.io.read_events``)."""
+
+    auto = "auto"
+    ms = "ms"
+    s = "s"
+    us = "us"
+
+
+def parse_duration_us(text: str) -> int:
+    """A duration such as ``500ms``, ``30 seconds``, ``10 min``, ``2h`` or ``0`` -> int microseconds.
+
+    >>> parse_duration_us("1.5 s"), parse_duration_us("10 min"), parse_duration_us("0")
+    (1500000, 600000000, 0)
+    """
+    m = _DURATION_RE.match(text)
+    if m is None:
+        raise ValueError(f"cannot read duration {text!r} (e.g. '500ms', '30 seconds', '10 min')")
+    amount, unit = m.group(1), m.group(2).lower()
+    if not unit:
+        if float(amount) == 0:
+            return 0
+        raise ValueError(f"duration {text!r} needs a unit (us, ms, s, min, h, days)")
+    if unit not in _UNIT_US:
+        raise ValueError(f"unknown duration unit {unit!r} in {text!r}")
+    return round(float(amount) * _UNIT_US[unit])
+
+
+def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
+    """Print ``error: message`` on stderr and exit with ``code``."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` on stderr."""
+    typer.echo(f"warning: {message}", err=True)
+
+
+def read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail(f"{path}: no such file")
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"{path}: {getattr(e, 'strerror', None) or e}")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"lace {metadata.version('lace')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """LACE: live-and-archived complex event detection."""
+
+
+
+def silence_stdout() -> None:
+    """After a broken pipe, point stdout at /dev/null so the interpreter's final flush does not complain."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def open_out(out: Path | None) -> TextIO:
+    """``out`` opened for writing (UTF-8), or stdout when None; an error line and exit 2 when it cannot be."""
+    if out is None:
+        return sys.stdout
+    try:
+        return open(out, "w", encoding="utf-8")
+    except OSError as e:
+        fail(f"{out}: {e.strerror or e}")
+
+
+__all__ = [
+    "Algorithm", "Backend", "PmPolicy", "Scope", "Storage", "Strategy", "TsUnitChoice", "USAGE_ERROR", "app",
+    "fail", "open_out", "parse_duration_us", "read_text", "silence_stdout", "warn",
+]

@@ -1,0 +1,13 @@
+"""``lace``: the command line's entry point; importing the command modules registers them on :data:`app`."""
+from __future__ import annotations
+
+from archive.cli import archive_app
+from cli import backfill, demo, match, replay, serve  # noqa: F401 - each registers its commands
+from cli.app import app
+
+app.add_typer(archive_app, name="archive")
+
+__all__ = ["app"]
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,130 @@
+"""``lace match``: a live-only query over an event file, one JSON object per match (DESIGN.md section 12)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.app import (
+    MAX_LATE_REPORTS,
+    PmPolicy,
+    Storage,
+    Strategy,
+    TsUnitChoice,
+    app,
+    fail,
+    open_out,
+    parse_duration_us,
+    read_text,
+    silence_stdout,
+    warn,
+)
+from engine.io import EventFileError, iter_event_rows, match_line
+
+
+@app.command()
+def match(
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file.")],
+    events: Annotated[Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...) or JSONL.")],
+    strategy: Annotated[Strategy | None, typer.Option(help="Override the query's STRATEGY.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write matches here (JSONL); default stdout.")] = None,
+    stats: Annotated[bool, typer.Option("--stats", help="Print counters as JSON on stderr.")] = False,
+    storage: Annotated[Storage, typer.Option(help="Partial-match storage.")] = Storage.chain,
+    lateness: Annotated[str, typer.Option(help="Allowed lateness, e.g. '5 seconds'; later events are rejected.")] = "0",
+    ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
+        TsUnitChoice.auto
+    ),
+    sort: Annotated[bool, typer.Option("--sort", help="Sort the file by (ts, id) first (reads it all).")] = False,
+    pm_capacity: Annotated[
+        int | None, typer.Option(help="Keep at most N partial matches in memory; spill the rest.", min=1)
+    ] = None,
+    pm_policy: Annotated[PmPolicy, typer.Option(help="Which partial matches to spill first.")] = PmPolicy.stpm,
+    pm_store: Annotated[
+        str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
+    ] = None,
+) -> None:
+    """Run a live-only query over an event file; one JSON object per match."""
+    text = read_text(query)
+    if not events.is_file():
+        fail(f"{events}: no such file")
+    try:
+        lateness_us = parse_duration_us(lateness)
+    except ValueError as e:
+        fail(f"--lateness: {e}")
+
+    from engine.compiler import compile_query
+    from engine.lql.errors import QueryError
+    from engine.matcher import Matcher
+    from service.db.pm_store import open_pm_store
+
+    try:
+        compiled = compile_query(text, strategy=strategy.value if strategy else None)
+    except QueryError as e:
+        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    with open_pm_store((pm_store or "") if pm_capacity is not None else None, fail) as store:
+        matcher = Matcher(
+            compiled,
+            storage=storage.value,
+            allowed_lateness_us=lateness_us,
+            pm_capacity=pm_capacity,
+            pm_policy=pm_policy.value,
+            pm_store=store,
+        )
+        _run_match(matcher, events, ts_unit, sort, out, stats)
+
+
+def _run_match(matcher: Any, events: Path, ts_unit: TsUnitChoice, sort: bool, out: Path | None, stats: bool) -> None:
+    from engine.matcher import LateEventError
+
+    sink = open_out(out)
+    n_events = n_late = n_matches = 0
+    start = time.perf_counter()
+    try:
+        rows = iter_event_rows(events, ts_unit=ts_unit.value)
+        if sort:
+            rows = iter(sorted(rows, key=lambda row: row[1].order_key()))
+        for line, event in rows:
+            n_events += 1
+            try:
+                found = matcher.push(event)
+            except LateEventError as e:
+                n_late += 1
+                if n_late <= MAX_LATE_REPORTS:
+                    warn(f"{events} line {line}: {e}")
+                continue
+            for m in found:
+                sink.write(match_line(m) + "\n")
+            n_matches += len(found)
+        found = matcher.flush()
+        for m in found:
+            sink.write(match_line(m) + "\n")
+        n_matches += len(found)
+        sink.flush()
+    except EventFileError as e:
+        fail(str(e))
+    except OSError as e:
+        if isinstance(e, BrokenPipeError):
+            silence_stdout()
+            raise typer.Exit(0) from None  # the reader (e.g. `head`) has enough
+        fail(f"{getattr(e, 'filename', None) or events}: {e.strerror or e}")
+    finally:
+        if sink is not sys.stdout:
+            sink.close()
+    elapsed_s = time.perf_counter() - start
+
+    if n_late > MAX_LATE_REPORTS:
+        warn(f"{n_late - MAX_LATE_REPORTS} more late events rejected ({n_late} in all)")
+    if stats:
+        counters: dict[str, int | float] = dict(matcher.stats())
+        counters.update(
+            events_read=n_events,
+            late_events=n_late,
+            matches=n_matches,
+            elapsed_s=round(elapsed_s, 6),
+            events_per_s=round(n_events / elapsed_s, 1) if elapsed_s > 0 else 0.0,
+        )
+        typer.echo(json.dumps(counters), err=True)

@@ -1,0 +1,41 @@
+"""The names users choose between, defined once: selection strategies, live-and-archived algorithms,
+partial-match policies and storages (DESIGN.md sections 4-7).
+
+The CLI (``cli/``) and the REST API (``service/schemas``) reuse these enums; the engine accepts their
+values as plain strings too (``StrEnum`` members are strings).
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Strategy(StrEnum):
+    """Event selection strategies (DESIGN.md section 4; SASE+)."""
+
+    skip_till_any_match = "skip_till_any_match"
+    skip_till_next_match = "skip_till_next_match"
+    strict_contiguity = "strict_contiguity"
+    partition_contiguity = "partition_contiguity"
+
+
+class Algorithm(StrEnum):
+    """Live-and-archived algorithms (001 section 4; DESIGN.md section 7)."""
+
+    sllaa = "sllaa"
+    ollaa = "ollaa"
+    llaa = "llaa"
+    alaa = "alaa"
+
+
+class PmPolicy(StrEnum):
+    """Which partial matches to spill first when over the budget (001 section 5): STPM or TPM."""
+
+    stpm = "stpm"
+    tpm = "tpm"
+
+
+class Storage(StrEnum):
+    """Partial-match storage for skip_till_any_match: chain-partitioned (000) or one run per partial match."""
+
+    chain = "chain"
+    runs = "runs"
