@@ -33,16 +33,15 @@ from cli.app import (
     read_text,
     silence_stdout,
 )
+from engine.detector import compile as compile_statement
+from engine.detector import is_live_archived, make_detector
 from engine.events import Event
 from engine.io import EventFileError, iter_event_rows, match_line
-from engine.live_archived.plan import compile_live_archived
-from engine.live_archived.runner import make_runner
-from engine.live_archived.runner import replay as replay_stream
-from engine.live_archived.source import MemoryArchive
-from engine.lql.ast import LiveArchivedQuery
+from engine.live_archived.plan import LiveArchivedPlan
+from engine.live_archived.source import ArchiveSource, MemoryArchive
 from engine.lql.parser import parse
 from engine.match import Match
-from engine.matcher import LateEventError, Matcher
+from engine.matcher import LateEventError
 from engine.pm.store import PartialMatchStore
 
 
@@ -126,75 +125,56 @@ def run_replay(
     ReplayError
         For bad inputs (a non-empty archive directory, events that cannot be archived).
     """
-    query = parse(query_text)
+    statement = compile_statement(query_text)
     ordered = sorted(events, key=Event.order_key)
     started = time.perf_counter()
-    if not isinstance(query, LiveArchivedQuery):
-        stats = _live_only(query_text, ordered, options, sink)
-    elif options.backend == "memory":
-        plan = compile_live_archived(query)
-        archive = MemoryArchive()
-        runner = make_runner(options.algorithm, plan, archive, **_runner_options(options))
-        stats = _drive(ordered, runner, archive.append, sink)
+    growing: Any = None
+    source: ArchiveSource
+    if options.backend == "memory":
+        memory = MemoryArchive()
+        source, append = memory, memory.append
     else:
-        stats = _on_spark(query, ordered, options, sink)
-    stats.update(backend=options.backend, events_read=len(events), elapsed_s=round(time.perf_counter() - started, 6))
-    return stats
-
-
-def _runner_options(options: ReplayOptions) -> dict[str, Any]:
-    return {
-        "tolerance_us": options.tolerance_us,
-        "max_batch": options.max_batch,
-        "pm_capacity": options.pm_capacity,
-        "pm_policy": options.pm_policy,
-        "pm_store": options.pm_store,
-    }
-
-
-Sink = Callable[[Match], object]
-
-
-def _drive(events: Sequence[Event], runner: Any, archive: Callable[[Event], None], sink: Sink) -> dict[str, Any]:
-    n = 0
-    for m in replay_stream(events, runner, archive):
-        sink(m)
-        n += 1
-    stats: dict[str, Any] = {"query": runner.plan.name, **runner.stats()}
-    stats["late_events"] = stats["live_matcher"].get("late", 0)
-    return stats
-
-
-def _live_only(query_text: str, events: Sequence[Event], options: ReplayOptions, sink: Sink) -> dict[str, Any]:
-    from engine.compiler import compile_query
-
-    compiled = compile_query(query_text)
-    matcher = Matcher(compiled, pm_capacity=options.pm_capacity, pm_policy=options.pm_policy, pm_store=options.pm_store)
-    writer = _open_writer(options, events, None) if options.backend == "spark" else None
-    n = late = 0
+        key = statement.key if isinstance(statement, LiveArchivedPlan) else None
+        growing = _open_writer(options, ordered, key.attr if key is not None else None)
+        source, append = growing.source(), growing.append
     try:
-        for e in events:
-            if writer is not None:
-                writer.append(e)
+        detector = make_detector(
+            statement,
+            source=source,
+            algorithm=options.algorithm,
+            tolerance_us=options.tolerance_us,
+            max_batch=options.max_batch,
+            pm_capacity=options.pm_capacity,
+            pm_policy=options.pm_policy,
+            pm_store=options.pm_store,
+        )
+        n = late = 0
+        for e in ordered:
+            append(e)  # archived before the live side sees it: the archive is the stream's past
             try:
-                found = matcher.push(e)
+                found = detector.push(e)
             except LateEventError:
                 late += 1
                 continue
             for m in found:
                 sink(m)
             n += len(found)
-        for m in matcher.flush():
+        for m in detector.flush():
             sink(m)
             n += 1
     finally:
-        if writer is not None:
-            writer.sync()
-            writer.writer.close()
-    stats: dict[str, Any] = {"query": compiled.name, "algorithm": None, "results": n, "late_events": late}
-    stats["live_matcher"] = matcher.stats()
-    if writer is not None:
-        stats["archive"] = writer.writer.stats()
+        if growing is not None:
+            growing.sync()
+            growing.writer.close()
+    counters = detector.stats()
+    stats: dict[str, Any] = {"query": statement.name}
+    stats.update(counters if is_live_archived(statement) else {"algorithm": None, "live_matcher": counters})
+    stats.update(results=n, late_events=late)
+    if growing is not None:
+        stats["archive"] = growing.writer.stats()
+        if is_live_archived(statement):
+            stats["extractor_calls"] = getattr(source, "requests", None)
+    stats.update(backend=options.backend, events_read=len(events), elapsed_s=round(time.perf_counter() - started, 6))
     return stats
 
 
@@ -211,22 +191,6 @@ def _open_writer(options: ReplayOptions, events: Sequence[Event], key_attr: str 
     # flush by size only (a replay runs faster than real time); reads see the recent buffer anyway
     writer = ArchiveWriter(root, types=types, flush_rows=5_000, flush_age_s=3_600.0)
     return GrowingDeltaArchive(writer)
-
-
-def _on_spark(query: LiveArchivedQuery, events: Sequence[Event], options: ReplayOptions, sink: Sink) -> dict[str, Any]:
-    plan = compile_live_archived(query)
-    key_attr = plan.key.attr if plan.key is not None else None
-    archive = _open_writer(options, events, key_attr)
-    try:
-        source = archive.source()
-        runner = make_runner(options.algorithm, plan, source, **_runner_options(options))
-        stats = _drive(events, runner, archive.append, sink)
-        stats["extractor_calls"] = source.requests
-    finally:
-        archive.sync()
-        archive.writer.close()
-    stats["archive"] = archive.writer.stats()
-    return stats
 
 
 @app.command()
@@ -267,7 +231,6 @@ def replay(
         fail("the spark backend needs Java 17 on PATH (or use --backend memory)")
 
     from engine.lql.errors import QueryError
-    from engine.lql.parser import parse
     from service.db.pm_store import open_pm_store
 
     try:

@@ -58,6 +58,16 @@ class CompiledQuery:
     types: frozenset[str]
     variables: tuple[str, ...]
 
+    @property
+    def live_types(self) -> frozenset[str]:
+        """The event types whose live events the query consumes (= :attr:`types`; as on a live-and-archived plan)."""
+        return self.types
+
+    @property
+    def stream_types(self) -> frozenset[str]:
+        """Every event type the query reads (= :attr:`types`; as on a live-and-archived plan)."""
+        return self.types
+
     def key_of(self, event: Event) -> Hashable:
         """The partition key of ``event``: None without PARTITION BY, the value of one attribute, or a tuple."""
         pb = self.partition_by

@@ -199,6 +199,12 @@ class Matcher:
             self.pmb.clear()
         return out
 
+    def next_deadline(self) -> int | None:
+        """The smallest watermark at which :meth:`advance` would release a buffered event or emit a
+        trailing-negation match (None: nothing waits on time). Windows close lazily, so they add none."""
+        times = [h[0][0] for h in (self.buffer, self.pending) if h]
+        return min(times) if times else None
+
     def stats(self) -> dict[str, int]:
         """Counters (see :class:`engine.nfa.counters.Counters`) plus ``keys`` and ``live_partial_matches``."""
         d = self.counters.as_dict()

@@ -97,6 +97,13 @@ class ALAA(Runner):
     def finish(self) -> list[Match]:
         return self.close(self.watermark + 1)
 
+    def own_deadline(self) -> int | None:
+        """The end of the current live window ``W_L`` (its instances are joined then)."""
+        return self.window_end
+
+    def pending_instances(self) -> int:
+        return len(self.pending)
+
     def close(self, hi_us: int) -> list[Match]:
         """End of a live window: match the archive up to ``hi_us``, join the window's instances."""
         pending, self.pending, self.window_end = self.pending, [], None

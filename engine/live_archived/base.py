@@ -11,9 +11,10 @@ Timestamps are int microseconds UTC.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from engine.events import Event
@@ -46,6 +47,30 @@ class LiveInstance:
     completed_wall: float
 
 
+@dataclass(slots=True)
+class ArchiveWork:
+    """One archive request and the joins that wait on it, handed to a runner's ``defer`` callback.
+
+    ``run()`` makes the request (e.g. one Spark job), matches ``P_A`` over what came back, joins
+    ``instances`` and returns their results; it may run on another thread (the runner's counters are
+    updated under its lock). Calling it twice repeats the work.
+
+    Attributes
+    ----------
+    instances : list[LiveInstance]
+        The completed live instances it answers (one for LLAA, a subwindow for SLLAA).
+    run : callable
+        ``() -> list[Match]``.
+    """
+
+    instances: list[LiveInstance]
+    run: Callable[[], list[Match]]
+    earliest_start_us: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.earliest_start_us = min(i.match.start for i in self.instances)
+
+
 class Runner:
     """Base class: the live matcher, the join and the counters of one live-and-archived query.
 
@@ -60,6 +85,10 @@ class Runner:
         :class:`engine.matcher.Matcher`.
     clock : callable
         Wall clock in seconds (``time.perf_counter``), for the wall-time delays.
+    defer : callable, optional
+        Receives every deferrable archive request as an :class:`ArchiveWork` instead of running it
+        at once (the service answers them on a bounded pool of Spark threads; ingest never waits).
+        Its results then come from ``work.run()``, not from ``push``/``advance``. None: run at once.
     """
 
     algorithm: ClassVar[str] = ""
@@ -73,8 +102,12 @@ class Runner:
         pm_policy: str = "stpm",
         pm_store: PartialMatchStore | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        defer: Callable[[ArchiveWork], None] | None = None,
     ) -> None:
         self.plan = plan
+        self.defer = defer
+        self.lock = threading.Lock()
+        """Guards the counters against deferred work running on other threads."""
         self.source = source
         self.clock = clock
         self.live = Matcher(plan.live, pm_capacity=pm_capacity, pm_policy=pm_policy, pm_store=pm_store)
@@ -124,9 +157,27 @@ class Runner:
 
     def stats(self) -> dict[str, Any]:
         """The run's counters (:class:`RunCounters`) and the live matcher's (``live_matcher``)."""
-        d = self.counters.as_dict()
+        with self.lock:
+            d = self.counters.as_dict()
         d["live_matcher"] = self.live.stats()
+        d["pending_instances"] = self.pending_instances()
         return d
+
+    def next_deadline(self) -> int | None:
+        """The smallest watermark at which :meth:`advance` would emit or close something (None: none)."""
+        own = self.own_deadline()
+        live = self.live.next_deadline()
+        if own is None:
+            return live
+        return own if live is None else min(own, live)
+
+    def own_deadline(self) -> int | None:
+        """The algorithm's own next deadline (a subwindow or live window to close); None: none."""
+        return None
+
+    def pending_instances(self) -> int:
+        """Completed live instances waiting for their archive request (not counting deferred work)."""
+        return 0
 
     # ------------------------------------------------------------------ what an algorithm overrides
 
@@ -183,12 +234,20 @@ class Runner:
         ts = self.watermark if at_ts is None else at_ts
         return self.on_instances([LiveInstance(m, ts, now) for m in found])
 
+    def submit(self, instances: list[LiveInstance], run: Callable[[], list[Match]]) -> list[Match]:
+        """Answer ``instances`` with ``run`` now, or hand it to :attr:`defer` (then return nothing)."""
+        if self.defer is None:
+            return run()
+        self.defer(ArchiveWork(instances, run))
+        return []
+
     def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:
         """One archive request for ``P_A``'s types (see :meth:`ArchiveSource.extract`)."""
         key_attr = self.plan.key.attr if self.plan.key is not None else None
         events = self.source.extract(self.plan.archived_types, keys, ranges, key_attr=key_attr)
-        self.counters.archive_requests += 1
-        self.counters.archived_events_scanned += len(events)
+        with self.lock:
+            self.counters.archive_requests += 1
+            self.counters.archived_events_scanned += len(events)
         return events
 
     def match_archived(self, events: list[Event]) -> list[Match]:
@@ -204,7 +263,8 @@ class Runner:
             if found:
                 out += found
         out += matcher.flush()
-        self.counters.archived_instances += len(out)
+        with self.lock:
+            self.counters.archived_instances += len(out)
         return out
 
     def join(self, inst: LiveInstance, candidates: Iterable[Match], out: list[Match]) -> None:

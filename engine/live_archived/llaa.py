@@ -22,14 +22,18 @@ class LLAA(Runner):
     def on_instances(self, insts: list[LiveInstance]) -> list[Match]:
         out: list[Match] = []
         for inst in insts:
-            self.answer(inst, out)
+            if self.plan.key_of(inst.match) is NO_KEY:
+                continue  # the key equality cannot hold: nothing to ask
+            out += self.submit([inst], lambda inst=inst: self.answer(inst))  # type: ignore[misc]
         return out
 
-    def answer(self, inst: LiveInstance, out: list[Match]) -> None:
+    def answer(self, inst: LiveInstance) -> list[Match]:
         """Request ``R_A(I)``, match ``P_A`` over it, join ``I`` with what was found."""
         key = self.plan.key_of(inst.match)
-        if key is NO_KEY:
-            return  # the key equality cannot hold: nothing to ask
         keys = None if self.plan.key is None else [key]
         events = self.request(keys, [self.access(inst)])
-        self.join(inst, self.match_archived(events), out)
+        found = self.match_archived(events)
+        out: list[Match] = []
+        with self.lock:
+            self.join(inst, found, out)
+        return out

@@ -177,6 +177,11 @@ class OLLAA(LLAA):
     def finish(self) -> list[Match]:
         return []
 
+    def own_deadline(self) -> int | None:
+        """The next archive refresh (archive-driven mode) or selectivity decision, whichever is first."""
+        times = [t for t in (self.batch_end if self.mode == "archive" else None, self.next_decision) if t is not None]
+        return min(times) if times else None
+
     def flush(self) -> list[Match]:
         out: list[Match] = []
         if self.mode == "archive":

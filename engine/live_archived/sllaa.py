@@ -77,13 +77,24 @@ class SLLAA(Runner):
     def finish(self) -> list[Match]:
         return self.close()
 
+    def own_deadline(self) -> int | None:
+        """The watermark that closes the open subwindow: its earliest start + ``T_L`` + 1 us (Lemma 1)."""
+        return None if self.earliest is None else self.earliest + self.tolerance_us + 1
+
+    def pending_instances(self) -> int:
+        return len(self.sub)
+
     def close(self) -> list[Match]:
-        """Answer the current subwindow with one archive request."""
+        """Close the current subwindow: one archive request answers it (now, or deferred)."""
         sub, self.sub, self.earliest = self.sub, [], None
         if not sub:
             return []
         self.subwindows += 1
         self.largest = max(self.largest, len(sub))
+        return self.submit(sub, lambda: self.answer(sub))
+
+    def answer(self, sub: list[LiveInstance]) -> list[Match]:
+        """One archive request over the merged access ranges of ``sub``; join every instance."""
         plan = self.plan
         keyed = plan.key is not None
         wanted: list[tuple[LiveInstance, Hashable, Range]] = []
@@ -109,14 +120,15 @@ class SLLAA(Runner):
             order[:] = [order[p] for p in perm]
             items[:] = [items[p] for p in perm]
         out: list[Match] = []
-        for inst, key, (lo, hi) in wanted:
-            bucket = index.get(key)
-            if bucket is None:
-                continue
-            order, items = bucket
-            a = bisect.bisect_left(order, (lo, -1))
-            b = bisect.bisect_left(order, (hi, -1))
-            self.join(inst, items[a:b], out)
+        with self.lock:
+            for inst, key, (lo, hi) in wanted:
+                bucket = index.get(key)
+                if bucket is None:
+                    continue
+                order, items = bucket
+                a = bisect.bisect_left(order, (lo, -1))
+                b = bisect.bisect_left(order, (hi, -1))
+                self.join(inst, items[a:b], out)
         return out
 
     def stats(self) -> dict[str, object]:

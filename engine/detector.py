@@ -1,0 +1,194 @@
+"""One compile entry point and one detector interface for every kind of query (DESIGN.md sections 5 and 7).
+
+:func:`compile` turns LQL text into a :data:`Statement`: a live-only :class:`~engine.compiler.CompiledQuery`
+or a live-and-archived :class:`~engine.live_archived.plan.LiveArchivedPlan`. :func:`make_detector` builds
+what runs it: a :class:`~engine.matcher.Matcher`, or a live-and-archived runner (ALAA, LLAA, OLLAA,
+SLLAA, 001 section 4) over an :class:`~engine.live_archived.source.ArchiveSource`. Both satisfy
+:class:`Detector` (Flink CEP's ``process`` / ``advanceTime`` split), so callers (``lace replay``, the
+service, backfills, the demo) hold one type and never ask which kind they run.
+
+Timestamps are int microseconds UTC.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from engine.compiler import CompiledQuery, compile_query
+from engine.events import Event
+from engine.live_archived.base import ArchiveWork
+from engine.live_archived.plan import LiveArchivedPlan
+from engine.live_archived.runner import make_runner
+from engine.live_archived.source import ArchiveSource
+from engine.lql.ast import LiveArchivedQuery, PatternQuery, Schema
+from engine.lql.errors import QueryError
+from engine.match import Match
+from engine.matcher import Matcher
+from engine.options import Algorithm, PmPolicy, Storage
+from engine.pm.store import PartialMatchStore
+
+Statement = CompiledQuery | LiveArchivedPlan
+"""A compiled statement: a live-only pattern query or a live-and-archived plan."""
+
+DEFAULT_TOLERANCE_US = 60_000_000
+"""SLLAA's tolerated delay ``T_L`` when none is given: 1 minute of event time."""
+
+
+@runtime_checkable
+class Detector(Protocol):
+    """What runs a compiled statement over a stream: the engine's verbs.
+
+    ``push`` offers one event (in (ts, id) order up to the allowed lateness) and returns the results it
+    made due; ``advance(watermark_us)`` declares that no event with ``ts <= watermark_us`` will come
+    (closes windows, trailing negations, SLLAA subwindows); ``flush`` ends the stream; ``stats`` gives
+    the counters (JSON-ready); ``next_deadline`` is the smallest watermark at which ``advance`` would
+    emit or close something (None: nothing waits on time), so a caller advances only when needed.
+    """
+
+    def push(self, event: Event) -> list[Match]: ...
+
+    def advance(self, watermark_us: int) -> list[Match]: ...
+
+    def flush(self) -> list[Match]: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def next_deadline(self) -> int | None: ...
+
+
+def compile(  # noqa: A001 - the engine's entry point, as DESIGN.md section 5 names it
+    source: str | PatternQuery | LiveArchivedQuery,
+    schemas: Schema | None = None,
+    *,
+    strategy: str | None = None,
+) -> Statement:
+    """Compile LQL text (or a parsed syntax tree) of any kind of query.
+
+    Parameters
+    ----------
+    source : str | PatternQuery | LiveArchivedQuery
+        The query text or its syntax tree (:func:`engine.lql.parser.parse`).
+    schemas : dict, optional
+        Event type -> {attribute -> type}; when given, the query is type-checked against it.
+    strategy : str, optional
+        Overrides a live-only query's STRATEGY (``lace match --strategy``).
+
+    Returns
+    -------
+    CompiledQuery | LiveArchivedPlan
+
+    Raises
+    ------
+    QueryError
+        With line and column, for a syntax error or a failed semantic check; also for ``strategy``
+        given with a live-and-archived query.
+
+    Examples
+    --------
+    >>> type(compile("PATTERN SEQ(A a, B b) WITHIN 1 min")).__name__
+    'CompiledQuery'
+    >>> type(compile("LIVE PATTERN A a ARCHIVED PATTERN B b LOOKBACK 1 hour")).__name__
+    'LiveArchivedPlan'
+    """
+    ast: PatternQuery | LiveArchivedQuery
+    if isinstance(source, str):
+        from engine.lql.parser import parse
+
+        ast = parse(source, schemas)
+    else:
+        ast = source
+    if isinstance(ast, LiveArchivedQuery):
+        if strategy is not None:
+            raise QueryError.at(ast.pos, "a strategy override applies to live-only queries; set STRATEGY per side")
+        return LiveArchivedPlan(ast, schemas)
+    return compile_query(ast, schemas, strategy=strategy)
+
+
+def make_detector(
+    statement: Statement,
+    *,
+    source: ArchiveSource | None = None,
+    algorithm: str = Algorithm.sllaa,
+    tolerance_us: int = DEFAULT_TOLERANCE_US,
+    max_batch: int | None = None,
+    storage: str = Storage.chain,
+    allowed_lateness_us: int | dict[str, int] = 0,
+    pm_capacity: int | None = None,
+    pm_policy: str = PmPolicy.stpm,
+    pm_store: PartialMatchStore | None = None,
+    defer: Callable[[ArchiveWork], None] | None = None,
+    **options: Any,
+) -> Detector:
+    """What runs ``statement``: a :class:`Matcher` (live-only) or a live-and-archived runner.
+
+    Parameters
+    ----------
+    statement : CompiledQuery | LiveArchivedPlan
+        From :func:`compile`.
+    source : ArchiveSource, optional
+        The archive a live-and-archived statement reads (required for one; ignored otherwise).
+    algorithm : {"sllaa", "ollaa", "llaa", "alaa"}
+        The live-and-archived algorithm (001 section 4).
+    tolerance_us : int
+        ``T_L``: SLLAA's tolerated delay (subwindows), OLLAA's archive refresh, int microseconds >= 0.
+    max_batch : int, optional
+        SLLAA: close a subwindow at this many live instances.
+    storage : {"chain", "runs"}
+        Partial-match storage of skip_till_any_match (live-only queries).
+    allowed_lateness_us : int or dict
+        Per event type or for all, int microseconds (live-only queries; a live-and-archived runner
+        expects events in order and is advanced by its caller).
+    pm_capacity, pm_policy, pm_store
+        Partial-match budget, TPM/STPM and store of the live matcher (DESIGN.md section 6).
+    defer : callable, optional
+        Live-and-archived only: receives each archive request (an :class:`ArchiveWork`) instead of
+        running it at once, so the caller answers it in the background (SLLAA, LLAA, OLLAA live-driven).
+    options
+        Other runner options (OLLAA's ``mode``, ``clock``, ALAA's ``window_us``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown algorithm, a negative tolerance, or a live-and-archived statement without
+        ``source``.
+    """
+    if isinstance(statement, CompiledQuery):
+        return Matcher(
+            statement,
+            storage=storage,  # type: ignore[arg-type]
+            allowed_lateness_us=allowed_lateness_us,
+            pm_capacity=pm_capacity,
+            pm_policy=pm_policy,
+            pm_store=pm_store,
+        )
+    if source is None:
+        raise ValueError("a live-and-archived query needs an archive source")
+    if tolerance_us < 0:
+        raise ValueError("the tolerance T_L must be >= 0 microseconds")
+    return make_runner(
+        algorithm,
+        statement,
+        source,
+        tolerance_us=tolerance_us,
+        max_batch=max_batch,
+        pm_capacity=pm_capacity,
+        pm_policy=pm_policy,
+        pm_store=pm_store,
+        defer=defer,
+        **options,
+    )
+
+
+def is_live_archived(statement: Statement) -> bool:
+    """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query)."""
+    return isinstance(statement, LiveArchivedPlan)
+
+
+__all__ = [
+    "DEFAULT_TOLERANCE_US",
+    "Detector",
+    "Statement",
+    "compile",
+    "is_live_archived",
+    "make_detector",
+]
