@@ -205,3 +205,57 @@ class GrowingDeltaArchive:
 
         reader = ArchiveReader(self.writer.root, **kw)
         return SparkArchiveSource(Extractor(reader, buffer=self.writer.buffer), before_read=self.sync)
+
+
+class LazyArchiveSource:
+    """A :class:`SparkArchiveSource` over the Delta archive at ``root`` (and a writer's recent buffer),
+    built on first use: nothing starts Spark before the first archive request or statistic.
+
+    Thread-safe to build; the requests themselves may run on several threads at once (one Spark job
+    each). Used by the service for its live-and-archived queries.
+
+    Parameters
+    ----------
+    root : path
+        The archive root (one Delta table per event type).
+    buffer : archive.buffer.RecentBuffer, optional
+        The writer's recent buffer, so requests see events not yet committed to Delta.
+    """
+
+    def __init__(self, root: Any, buffer: Any = None) -> None:
+        import threading
+
+        self.root = root
+        self.buffer = buffer
+        self._lock = threading.Lock()
+        self._source: SparkArchiveSource | None = None
+
+    def get(self) -> SparkArchiveSource:
+        """The underlying source (starts Spark the first time)."""
+        with self._lock:
+            if self._source is None:
+                from archive.extractor import Extractor
+                from archive.reader import ArchiveReader
+
+                self._source = SparkArchiveSource(Extractor(ArchiveReader(self.root), buffer=self.buffer))
+            return self._source
+
+    @property
+    def requests(self) -> int:
+        return 0 if self._source is None else self._source.requests
+
+    def extract(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+    ) -> list[Event]:
+        """See :meth:`SparkArchiveSource.extract`."""
+        return self.get().extract(types, keys, ranges, key_attr=key_attr)
+
+    def count(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
+    ) -> int:
+        """See :meth:`SparkArchiveSource.count`."""
+        return self.get().count(types, keys, range, key_attr=key_attr)
+
+    def selectivity(self, query: CompiledQuery, range: Range) -> float:
+        """See :meth:`SparkArchiveSource.selectivity`."""
+        return self.get().selectivity(query, range)

@@ -92,12 +92,15 @@ class Extractor:
         if not request:
             return schema.empty_table()
         parts = []
+        recent = include_recent if include_recent is not None else version is None
+        if recent and self.buffer is not None:
+            # the buffer first, then Delta: a flush commits to Delta before it drops the buffer's rows, so
+            # an event flushed between the two reads is in the second one (duplicates are removed below);
+            # read the other way round, it would be in neither
+            parts.append(conform(self.buffer.query(names, request), schema))
         with self.frame(etypes, request, version=version) as df:
             if df is not None:
                 parts.append(conform(df.toArrow(), schema))
-        recent = include_recent if include_recent is not None else version is None
-        if recent and self.buffer is not None:
-            parts.append(conform(self.buffer.query(names, request), schema))
         if not parts:
             return schema.empty_table()
         return _dedupe_sorted(pa.concat_tables(parts))

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 from enum import StrEnum
 from importlib import metadata
@@ -20,7 +19,7 @@ from typing import Annotated, NoReturn, TextIO
 
 import typer
 
-from engine.events import MICROS_PER_S
+from engine.durations import parse_duration_us
 from engine.options import Algorithm, PmPolicy, Storage, Strategy
 
 app = typer.Typer(
@@ -34,17 +33,6 @@ app = typer.Typer(
 USAGE_ERROR = 2
 MAX_LATE_REPORTS = 10  # late events reported one by one; the rest only counted
 _STUB = {"allow_extra_args": True, "ignore_unknown_options": True}
-_DURATION_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zµ]*)\s*\Z", re.IGNORECASE)
-_UNIT_US = {
-    **dict.fromkeys(("us", "µs", "micro", "micros", "microsecond", "microseconds"), 1),
-    **dict.fromkeys(("ms", "milli", "millis", "millisecond", "milliseconds"), 1_000),
-    **dict.fromkeys(("s", "sec", "secs", "second", "seconds"), MICROS_PER_S),
-    **dict.fromkeys(("m", "min", "mins", "minute", "minutes"), 60 * MICROS_PER_S),
-    **dict.fromkeys(("h", "hr", "hrs", "hour", "hours"), 3_600 * MICROS_PER_S),
-    **dict.fromkeys(("d", "day", "days"), 86_400 * MICROS_PER_S),
-}
-
-
 class Backend(StrEnum):
     """Where ``lace replay`` archives the stream: in memory, or in Delta read through Spark."""
 
@@ -67,25 +55,6 @@ class TsUnitChoice(StrEnum):
     ms = "ms"
     s = "s"
     us = "us"
-
-
-def parse_duration_us(text: str) -> int:
-    """A duration such as ``500ms``, ``30 seconds``, ``10 min``, ``2h`` or ``0`` -> int microseconds.
-
-    >>> parse_duration_us("1.5 s"), parse_duration_us("10 min"), parse_duration_us("0")
-    (1500000, 600000000, 0)
-    """
-    m = _DURATION_RE.match(text)
-    if m is None:
-        raise ValueError(f"cannot read duration {text!r} (e.g. '500ms', '30 seconds', '10 min')")
-    amount, unit = m.group(1), m.group(2).lower()
-    if not unit:
-        if float(amount) == 0:
-            return 0
-        raise ValueError(f"duration {text!r} needs a unit (us, ms, s, min, h, days)")
-    if unit not in _UNIT_US:
-        raise ValueError(f"unknown duration unit {unit!r} in {text!r}")
-    return round(float(amount) * _UNIT_US[unit])
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:

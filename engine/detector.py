@@ -116,6 +116,7 @@ def make_detector(
     pm_capacity: int | None = None,
     pm_policy: str = PmPolicy.stpm,
     pm_store: PartialMatchStore | None = None,
+    pm_query_id: str | None = None,
     defer: Callable[[ArchiveWork], None] | None = None,
     **options: Any,
 ) -> Detector:
@@ -136,10 +137,10 @@ def make_detector(
     storage : {"chain", "runs"}
         Partial-match storage of skip_till_any_match (live-only queries).
     allowed_lateness_us : int or dict
-        Per event type or for all, int microseconds (live-only queries; a live-and-archived runner
-        expects events in order and is advanced by its caller).
-    pm_capacity, pm_policy, pm_store
-        Partial-match budget, TPM/STPM and store of the live matcher (DESIGN.md section 6).
+        Per event type or for all, int microseconds: how far out of order events may arrive.
+    pm_capacity, pm_policy, pm_store, pm_query_id
+        Partial-match budget, TPM/STPM, store and the name of this detector's rows in the store
+        (unique per store; default the query's NAME) of the live matcher (DESIGN.md section 6).
     defer : callable, optional
         Live-and-archived only: receives each archive request (an :class:`ArchiveWork`) instead of
         running it at once, so the caller answers it in the background (SLLAA, LLAA, OLLAA live-driven).
@@ -160,6 +161,7 @@ def make_detector(
             pm_capacity=pm_capacity,
             pm_policy=pm_policy,
             pm_store=pm_store,
+            pm_query_id=pm_query_id,
         )
     if source is None:
         raise ValueError("a live-and-archived query needs an archive source")
@@ -174,6 +176,8 @@ def make_detector(
         pm_capacity=pm_capacity,
         pm_policy=pm_policy,
         pm_store=pm_store,
+        pm_query_id=pm_query_id,
+        allowed_lateness_us=allowed_lateness_us,
         defer=defer,
         **options,
     )

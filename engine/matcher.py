@@ -73,6 +73,8 @@ class Matcher:
         Where spilled partial matches go (default: in memory; ``service.db.pm_store`` for SQL).
     pm_batch : int, optional
         ``ΔR``, partial matches spilled at once (default 10% of ``pm_capacity``).
+    pm_query_id : str, optional
+        Names this matcher's rows in ``pm_store`` (default the query's NAME); unique per store.
 
     Raises
     ------
@@ -89,6 +91,7 @@ class Matcher:
         pm_policy: str = "stpm",
         pm_store: PartialMatchStore | None = None,
         pm_batch: int | None = None,
+        pm_query_id: str | None = None,
     ) -> None:
         if storage not in ("chain", "runs"):
             raise ValueError(f"storage must be 'chain' or 'runs', not {storage!r}")
@@ -129,7 +132,8 @@ class Matcher:
         pb = query.partition_by
         self._key_attr = pb[0] if len(pb) == 1 and pb[0] not in ("ts", "id", "type") else None
         self.pmb = (
-            PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch) if pm_capacity is not None else None
+            PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch, query_id=pm_query_id)
+            if pm_capacity is not None else None
         )
 
     # ------------------------------------------------------------------ public API

@@ -8,6 +8,7 @@ Migrations are not run here but by ``lace serve`` / ``lace db upgrade`` before i
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,7 +28,7 @@ from service.core.metrics import Metrics
 from service.core.security import hash_api_key
 from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
 from service.db.session import make_engine, make_session_factory
-from service.live.runtime import LiveRuntime
+from service.live.runtime import LiveRuntime, RunOptions
 from service.maintenance_job import MaintenanceJob
 from service.webhooks.dispatcher import Dispatcher
 
@@ -70,9 +71,20 @@ def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
     return writer
 
 
+def run_options(row: QueryRow) -> RunOptions:
+    """The per-query options stored in a query's row (None: the service default)."""
+    return RunOptions(row.algorithm, row.tolerance_us, row.pm_capacity, row.pm_policy)
+
+
+def _open_pm_store(settings: Settings) -> Any:
+    from service.db.pm_store import SqlPartialMatchStore
+
+    return SqlPartialMatchStore(settings.sqlalchemy_url, migrate=False)
+
+
 def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessionmaker[Session], LiveRuntime]:
     """Open the stores and rebuild the live runtime (blocking; run in a thread)."""
-    from engine.compiler import compile_query
+    from engine.detector import compile as compile_statement
     from engine.lql.errors import QueryError
 
     engine = make_engine(settings.sqlalchemy_url)
@@ -82,25 +94,59 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         type_rows = list(s.scalars(select(EventTypeRow)))
         query_rows = list(s.scalars(select(QueryRow).where(QueryRow.state == "active").order_by(QueryRow.id)))
     archive = _open_archive(settings, type_rows)
+    source = None
+    if archive is not None:
+        from archive.archived_source import LazyArchiveSource
+
+        source = LazyArchiveSource(settings.archive_root, archive.buffer)
     runtime = LiveRuntime(
-        sessions=sessions, metrics=metrics, archive=archive, max_reported=settings.max_rejections_reported
+        sessions=sessions,
+        metrics=metrics,
+        archive=archive,
+        max_reported=settings.max_rejections_reported,
+        source=source,
+        pm_store=_open_pm_store(settings),
+        defaults=RunOptions(
+            algorithm="sllaa",
+            tolerance_us=round(settings.la_tolerance_s * 1e6),
+            pm_capacity=settings.pm_capacity,
+            pm_policy=settings.pm_policy,
+        ),
+        lookup_workers=settings.la_lookup_workers,
     )
     for row in type_rows:
         runtime.set_type(event_types.spec_of(row))
+    resume: dict[int, int] = {}
     for q in query_rows:
         try:
-            compiled = compile_query(q.text, runtime.schemas())
-        except QueryError as e:
-            log.error("query %s (%d) no longer compiles, left stopped: %s", q.name, q.id, e)
+            compiled = compile_statement(q.text, runtime.schemas())
+            runtime.start_query(
+                query_id=q.id, name=q.name, compiled=compiled, active_since_us=q.active_since_us, options=run_options(q)
+            )
+        except (QueryError, ValueError) as e:
+            log.error("query %s (%d) cannot start, left stopped: %s", q.name, q.id, e)
             continue
-        runtime.start_query(query_id=q.id, name=q.name, compiled=compiled, active_since_us=q.active_since_us)
+        if q.resume_from_us is not None:
+            resume[q.id] = q.resume_from_us
     if archive is not None:
         from service.live.replay import rebuild
 
         spec = {r.name: event_types.spec_of(r) for r in type_rows}
-        stats = rebuild(runtime, settings.archive_root, spec, replay_max_us=int(settings.replay_max_s * 1e6))
+        stats = rebuild(
+            runtime, settings.archive_root, spec, replay_max_us=int(settings.replay_max_s * 1e6), resume=resume
+        )
         log.info("restart replay: %s", stats)
     return engine, sessions, runtime
+
+
+async def _checkpoints(runtime: LiveRuntime, every_s: float) -> None:
+    """Record the live-and-archived queries' restart points every ``every_s`` seconds."""
+    while True:
+        await anyio.sleep(every_s)
+        try:
+            await anyio.to_thread.run_sync(runtime.checkpoint)
+        except Exception:
+            log.exception("recording the live-and-archived restart points failed")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -133,10 +179,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             await anyio.to_thread.run_sync(runner.start)
         app.state.backfills = runner
+        checkpoints = asyncio.create_task(_checkpoints(runtime, settings.la_checkpoint_s))
         try:
             yield
         finally:
+            checkpoints.cancel()
             runtime.on_deliveries = None
+            await anyio.to_thread.run_sync(runtime.checkpoint)
+            await anyio.to_thread.run_sync(runtime.close)
             if runner is not None:
                 await anyio.to_thread.run_sync(runner.stop)
             await maintenance.stop()

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import parse_duration_us
 from cli.main import app
+from engine.durations import parse_duration_us
 
 runner = CliRunner()
 

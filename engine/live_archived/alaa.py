@@ -101,8 +101,8 @@ class ALAA(Runner):
         """The end of the current live window ``W_L`` (its instances are joined then)."""
         return self.window_end
 
-    def pending_instances(self) -> int:
-        return len(self.pending)
+    def waiting(self) -> list[LiveInstance]:
+        return self.pending
 
     def close(self, hi_us: int) -> list[Match]:
         """End of a live window: match the archive up to ``hi_us``, join the window's instances."""

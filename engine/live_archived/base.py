@@ -80,11 +80,15 @@ class Runner:
         From :func:`engine.live_archived.plan.compile_live_archived`.
     source : ArchiveSource
         The archive (it must hold every pushed event before the next request).
-    pm_capacity, pm_policy, pm_store
+    pm_capacity, pm_policy, pm_store, pm_query_id
         Partial-match management of the live matcher (DESIGN.md section 6), as for
         :class:`engine.matcher.Matcher`.
     clock : callable
         Wall clock in seconds (``time.perf_counter``), for the wall-time delays.
+    allowed_lateness_us : int or dict
+        How far out of (ts, id) order events may arrive, per event type or for all, int microseconds:
+        the live matcher buffers them, and the runner's watermark (which closes subwindows and live
+        windows) trails the newest ts by the largest lateness. Default 0: events in order.
     defer : callable, optional
         Receives every deferrable archive request as an :class:`ArchiveWork` instead of running it
         at once (the service answers them on a bounded pool of Spark threads; ingest never waits).
@@ -102,6 +106,8 @@ class Runner:
         pm_policy: str = "stpm",
         pm_store: PartialMatchStore | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        allowed_lateness_us: int | dict[str, int] = 0,
+        pm_query_id: str | None = None,
         defer: Callable[[ArchiveWork], None] | None = None,
     ) -> None:
         self.plan = plan
@@ -110,7 +116,16 @@ class Runner:
         """Guards the counters against deferred work running on other threads."""
         self.source = source
         self.clock = clock
-        self.live = Matcher(plan.live, pm_capacity=pm_capacity, pm_policy=pm_policy, pm_store=pm_store)
+        self.live = Matcher(
+            plan.live,
+            allowed_lateness_us=allowed_lateness_us,
+            pm_capacity=pm_capacity,
+            pm_policy=pm_policy,
+            pm_store=pm_store,
+            pm_query_id=pm_query_id,
+        )
+        lateness = allowed_lateness_us.values() if isinstance(allowed_lateness_us, dict) else [allowed_lateness_us]
+        self.lateness_us = max(lateness, default=0)
         self.counters = RunCounters(self.algorithm)
         self.watermark = MIN_TS
         self.live_clock = MIN_TS
@@ -129,8 +144,8 @@ class Runner:
         """
         now = self._now()
         self.counters.live_events += 1
-        if event.ts > self.watermark:
-            self.watermark = event.ts
+        if event.ts - self.lateness_us > self.watermark:
+            self.watermark = event.ts - self.lateness_us
         out = self.on_time()
         out += self.on_event(event, now)
         return out
@@ -160,7 +175,7 @@ class Runner:
         with self.lock:
             d = self.counters.as_dict()
         d["live_matcher"] = self.live.stats()
-        d["pending_instances"] = self.pending_instances()
+        d["pending_instances"] = len(self.waiting())
         return d
 
     def next_deadline(self) -> int | None:
@@ -175,9 +190,9 @@ class Runner:
         """The algorithm's own next deadline (a subwindow or live window to close); None: none."""
         return None
 
-    def pending_instances(self) -> int:
-        """Completed live instances waiting for their archive request (not counting deferred work)."""
-        return 0
+    def waiting(self) -> list[LiveInstance]:
+        """Completed live instances waiting for their archive request (deferred work not included)."""
+        return []
 
     # ------------------------------------------------------------------ what an algorithm overrides
 
@@ -209,8 +224,8 @@ class Runner:
     def push_live(self, event: Event) -> list[Match]:
         """``live.push(event)``, keeping :attr:`live_clock` (the matcher ignores other types' events)."""
         found = self.live.push(event)
-        if event.type in self.plan.live_types and event.ts > self.live_clock:
-            self.live_clock = event.ts
+        if event.type in self.plan.live_types and event.ts - self.lateness_us > self.live_clock:
+            self.live_clock = event.ts - self.lateness_us  # a buffered (late) event may still start one
         return found
 
     def advance_live(self, watermark_us: int) -> list[Match]:

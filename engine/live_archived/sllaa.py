@@ -81,8 +81,8 @@ class SLLAA(Runner):
         """The watermark that closes the open subwindow: its earliest start + ``T_L`` + 1 us (Lemma 1)."""
         return None if self.earliest is None else self.earliest + self.tolerance_us + 1
 
-    def pending_instances(self) -> int:
-        return len(self.sub)
+    def waiting(self) -> list[LiveInstance]:
+        return self.sub
 
     def close(self) -> list[Match]:
         """Close the current subwindow: one archive request answers it (now, or deferred)."""

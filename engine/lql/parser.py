@@ -17,6 +17,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
+from engine.durations import UNIT_US
 from engine.lql import ast
 from engine.lql.checks import PartitionRef, check_query
 from engine.lql.errors import QueryError
@@ -25,18 +26,7 @@ __all__ = ["parse", "parse_expression", "parse_unchecked"]
 
 _GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 
-_UNIT_US: dict[str, int] = {
-    name: size
-    for names, size in (
-        ("us usec microsecond microseconds", 1),
-        ("ms millisecond milliseconds", 1_000),
-        ("s sec second seconds", 1_000_000),
-        ("min minute minutes", 60_000_000),
-        ("h hour hours", 3_600_000_000),
-        ("d day days", 86_400_000_000),
-    )
-    for name in names.split()
-}
+_UNIT_US = UNIT_US  # one unit table for LQL, the CLI and the REST API
 _COMPARE_OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _DURATION_HINT = "expected a duration such as '10 min'"
 

@@ -10,7 +10,7 @@ import os
 import secrets
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -78,6 +78,18 @@ class Settings(BaseSettings):
     max_rejections_reported: Annotated[int, Field(ge=1)] = 1_000
     replay_max_s: Annotated[float, Field(gt=0)] = 7 * 86_400.0
     """Restart replay never reaches further back than this much event time (queries without WITHIN)."""
+
+    pm_capacity: Annotated[int | None, Field(ge=1)] = 100_000
+    """Partial matches a query keeps in memory by default (``pm_capacity`` per query overrides it); beyond it
+    STPM (or TPM) spills to the database's partial-match table (001 section 5). Unset (empty): no budget."""
+    pm_policy: Literal["stpm", "tpm"] = "stpm"
+    """Default spilling policy of a query."""
+    la_tolerance_s: Annotated[float, Field(ge=0, le=30 * 86_400)] = 60.0
+    """SLLAA's tolerated delay ``T_L`` (event-time seconds) of a live-and-archived query that gives none."""
+    la_lookup_workers: Annotated[int, Field(ge=1, le=64)] = 2
+    """Archive requests (Spark jobs) of live-and-archived queries that run at once, over all queries."""
+    la_checkpoint_s: Annotated[float, Field(gt=0)] = 1.0
+    """How often a live-and-archived query records how far back a restart must replay (wall seconds)."""
 
     webhook_max_attempts: Annotated[int, Field(ge=1, le=100)] = 8
     webhook_backoff_base_s: Annotated[float, Field(gt=0)] = 1.0

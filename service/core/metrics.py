@@ -38,7 +38,29 @@ class Metrics:
         )
         self.partial_matches = Gauge("lace_partial_matches", "Partial matches in memory (all live queries)", registry=r)
         self.partial_matches_spilled = Gauge(
-            "lace_partial_matches_spilled", "Partial matches spilled to the store (not implemented yet: 0)", registry=r
+            "lace_partial_matches_spilled", "Partial matches spilled to the store (all live queries)", registry=r
+        )
+        self.query_partial_matches = Gauge(
+            "lace_query_partial_matches", "Partial matches of a query, in memory or spilled", ["query", "where"],
+            registry=r,
+        )
+        self.query_pm_events = Gauge(
+            "lace_query_pm_events", "Partial-match buffer events of a query since it started: spilled, reloaded, "
+            "misses", ["query", "kind"], registry=r,
+        )
+        self.query_archive_requests = Gauge(
+            "lace_query_archive_requests", "Archive requests of a live-and-archived query since it started",
+            ["query"], registry=r,
+        )
+        self.query_pending_instances = Gauge(
+            "lace_query_pending_live_instances", "Live instances of a live-and-archived query waiting for the "
+            "archive (open subwindows and requests in flight)", ["query"], registry=r,
+        )
+        self.archive_request_seconds = Histogram(
+            "lace_archive_request_seconds", "Wall time of one archive request of a live-and-archived query "
+            "(Spark job, archived matching and join)",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 120),
+            registry=r,
         )
         self.live_queries = Gauge("lace_live_queries", "Active live queries", registry=r)
         self.archive_buffered = Gauge("lace_archive_buffered_events", "Events not yet committed to Delta", registry=r)

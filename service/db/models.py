@@ -64,6 +64,13 @@ class QueryRow(Base):
     types: Mapped[list[str]] = mapped_column(JSON)
     window_us: Mapped[int | None] = mapped_column(BigInteger)
     version: Mapped[int] = mapped_column(Integer, default=1)
+    kind: Mapped[str] = mapped_column(String(16), default="live", server_default="live")  # live | live_archived
+    algorithm: Mapped[str | None] = mapped_column(String(8))  # live-and-archived: sllaa | ollaa | llaa | alaa
+    tolerance_us: Mapped[int | None] = mapped_column(BigInteger)  # SLLAA's T_L (None: the service default)
+    pm_capacity: Mapped[int | None] = mapped_column(BigInteger)  # None: the service default (LACE_PM_CAPACITY)
+    pm_policy: Mapped[str | None] = mapped_column(String(8))  # stpm | tpm (None: LACE_PM_POLICY)
+    resume_from_us: Mapped[int | None] = mapped_column(BigInteger)
+    """Live-and-archived: restart replay starts no later than this ts (no live instance before it is unanswered)."""
     active_since_us: Mapped[int] = mapped_column(BigInteger)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
     updated_at_us: Mapped[int] = mapped_column(BigInteger)

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.events import Event
+from engine.live_archived.plan import LiveArchivedPlan
 from service.live.events import TypeSpec
 from service.live.runtime import LiveRuntime
 
@@ -83,24 +84,48 @@ def read_tail(root: Path, spec: TypeSpec, since_us: int) -> list[tuple[tuple[int
     return out  # type: ignore[return-value]
 
 
-def replay_start_us(runtime: LiveRuntime, max_ts: int, replay_max_us: int) -> int:
-    """Earliest ts the replay must read so that no partial match alive at the crash is lost."""
+def replay_start_us(runtime: LiveRuntime, max_ts: int, replay_max_us: int, resume: Mapping[int, int]) -> int:
+    """Earliest ts the replay must read so that no partial match alive at the crash is lost.
+
+    A live-only query needs its WITHIN plus lateness; a live-and-archived query also the live
+    instances still waiting for the archive: its live span, lateness and ``T_L``, and at least back
+    to its recorded ``resume_from_us`` (``resume``: query id -> ts). Never more than ``replay_max_us``.
+    """
     back = 0
+    since = max_ts
     for lq in runtime.queries.values():
-        w = lq.compiled.window_us
+        c = lq.compiled
+        if isinstance(c, LiveArchivedPlan):
+            span = c.live_span_us
+            w = None if span is None else span + (lq.options.tolerance_us or 0)
+            if lq.id in resume:
+                since = min(since, resume[lq.id])
+        else:
+            w = c.window_us
         back = max(back, replay_max_us if w is None else w + lq.max_lateness_us)
-    return max_ts - min(back, replay_max_us) - STATS_SLACK_US
+    since = min(since, max_ts - min(back, replay_max_us))
+    return max(since, max_ts - replay_max_us) - STATS_SLACK_US
 
 
-def rebuild(runtime: LiveRuntime, root: Path, types: Mapping[str, TypeSpec], *, replay_max_us: int) -> dict[str, int]:
-    """Replay the archive tail into ``runtime``; return counters for the log."""
+def rebuild(
+    runtime: LiveRuntime,
+    root: Path,
+    types: Mapping[str, TypeSpec],
+    *,
+    replay_max_us: int,
+    resume: Mapping[int, int] | None = None,
+) -> dict[str, int]:
+    """Replay the archive tail into ``runtime``; return counters for the log.
+
+    ``resume``: query id -> ``resume_from_us`` of live-and-archived queries (their restart checkpoint).
+    """
     max_ts = archived_max_ts(root, list(types))
     if max_ts is None:
         return {"events": 0, "alerts": 0}
     with runtime.lock:
         runtime.max_seen = max_ts - STATS_SLACK_US  # refined by the replayed events below
-        wanted = {t for lq in runtime.queries.values() for t in lq.compiled.types if t in types}
-        since = replay_start_us(runtime, max_ts, replay_max_us)
+        wanted = {t for lq in runtime.queries.values() for t in lq.compiled.stream_types if t in types}
+        since = replay_start_us(runtime, max_ts, replay_max_us, resume or {})
     parts = [read_tail(root, types[t], since) for t in sorted(wanted)]
 
     def rows() -> Iterator[tuple[Event, int]]:

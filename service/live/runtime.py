@@ -1,9 +1,15 @@
-"""The live engine of the service: one :class:`engine.matcher.Matcher` per active query.
+"""The live engine of the service: one detector per active query (:class:`engine.detector.Detector`).
+
+A live-only query runs on a :class:`~engine.matcher.Matcher` in the ingest path; a live-and-archived
+query on a :class:`~service.live.live_archived.LiveArchivedWorker` (its own thread, archive requests
+on a bounded pool: ingest never waits for Spark). Every query runs under a partial-match budget
+(``pm_capacity``, STPM or TPM spilling to the database's partial-match table; DESIGN.md section 6).
 
 Ingest (``POST /events``) runs under one lock, in this order: validate every event, make
 the accepted ones durable in the archive (WAL fsync), push them to the matchers of their
-type, then commit the alerts with their outbox rows in one transaction. Only then is the
-request answered and the dispatcher woken.
+type and hand them to the live-and-archived workers, then commit the live-only queries' alerts
+with their outbox rows in one transaction. Only then is the request answered and the dispatcher
+woken. Live-and-archived results are committed by their worker, the same way, when they are found.
 
 Event time (DESIGN.md section 3): the service keeps ``max_seen``, the newest ts accepted
 (any type). An event of type T is late, and rejected, when ``ts < max_seen - lateness(T)``.
@@ -26,29 +32,70 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.compiler import CompiledQuery
+from engine.detector import Detector, Statement, make_detector
 from engine.events import Event
-from engine.matcher import LateEventError, Matcher
+from engine.live_archived.base import ArchiveWork
+from engine.live_archived.plan import LiveArchivedPlan
+from engine.live_archived.source import ArchiveSource
+from engine.match import Match
+from engine.matcher import LateEventError
+from engine.options import Algorithm, PmPolicy
+from engine.pm.store import PartialMatchStore
 from service.core.metrics import Metrics
+from service.db.models import QueryRow
 from service.db.session import now_us, transaction
 from service.live.events import EventInvalid, TypeSpec, validate_event
+from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 from service.live.outbox import Found, record_alerts
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
+class RunOptions:
+    """How one query runs (``None``: the service default from the settings).
+
+    ``algorithm`` and ``tolerance_us`` (SLLAA's ``T_L``, int microseconds) apply to live-and-archived
+    queries; ``pm_capacity`` and ``pm_policy`` to every query.
+    """
+
+    algorithm: str | None = None
+    tolerance_us: int | None = None
+    pm_capacity: int | None = None
+    pm_policy: str | None = None
+
+
+@dataclass(slots=True)
 class LiveQuery:
-    """An active query and its matcher."""
+    """An active query: its compiled statement and what runs it.
+
+    ``detector`` is the live-only query's matcher (None for a live-and-archived query, which runs
+    on ``worker``).
+    """
 
     id: int
     name: str
-    compiled: CompiledQuery
-    matcher: Matcher
+    compiled: Statement
+    detector: Detector | None
+    worker: LiveArchivedWorker | None
     max_lateness_us: int
     active_since_us: int
+    options: RunOptions
+    offered_wm: int | None = None
+
+    @property
+    def live_archived(self) -> bool:
+        return self.worker is not None
+
+    def stats(self) -> dict[str, Any]:
+        """The detector's counters (a live-and-archived query's include the worker's)."""
+        if self.worker is not None:
+            return self.worker.stats()
+        assert self.detector is not None
+        return self.detector.stats()
 
 
 @dataclass(slots=True)
@@ -81,15 +128,38 @@ class LiveRuntime:
         An :class:`archive.writer.ArchiveWriter` (``append(events)``, durable on return).
     max_reported : int
         Rejections listed one by one in a response.
+    source : ArchiveSource, optional
+        What live-and-archived queries read (the service's Delta archive through Spark, the
+        recent buffer included); without it they cannot be started.
+    pm_store : PartialMatchStore, optional
+        Where queries spill partial matches beyond their budget (default: in memory).
+    defaults : RunOptions
+        The service defaults (every field set).
+    lookup_workers : int
+        Archive requests of live-and-archived queries that run at once.
     """
 
     def __init__(
-        self, *, sessions: sessionmaker[Session], metrics: Metrics, archive: Any = None, max_reported: int = 1_000
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        metrics: Metrics,
+        archive: Any = None,
+        max_reported: int = 1_000,
+        source: ArchiveSource | None = None,
+        pm_store: PartialMatchStore | None = None,
+        defaults: RunOptions | None = None,
+        lookup_workers: int = 2,
     ) -> None:
         self.sessions = sessions
         self.metrics = metrics
         self.archive = archive
         self.max_reported = max_reported
+        self.source = source
+        self.pm_store = pm_store
+        self.defaults = defaults or RunOptions(Algorithm.sllaa, 60_000_000, None, PmPolicy.stpm)
+        self.lookups = ArchiveLookups(lookup_workers, metrics.archive_request_seconds.observe)
+        self._warming: threading.Thread | None = None
         self.lock = threading.RLock()
         self.types: dict[str, TypeSpec] = {}
         self.queries: dict[int, LiveQuery] = {}
@@ -111,39 +181,126 @@ class LiveRuntime:
         with self.lock:
             self.types.pop(name, None)
 
-    def start_query(self, *, query_id: int, name: str, compiled: CompiledQuery, active_since_us: int) -> LiveQuery:
-        """Start (or restart, dropping its state) the matcher of a query.
+    def start_query(
+        self,
+        *,
+        query_id: int,
+        name: str,
+        compiled: Statement,
+        active_since_us: int,
+        options: RunOptions | None = None,
+    ) -> LiveQuery:
+        """Start (or restart, dropping its state) a query: a matcher, or a live-and-archived worker.
 
         Call under the lock, with ``active_since_us`` from :meth:`activation_us`.
+
+        Raises
+        ------
+        ValueError
+            For a live-and-archived query when the service has no archive.
         """
         with self.lock:
             self.stop_query(query_id)
-            lateness = {t: self.types[t].lateness_us for t in compiled.types if t in self.types}
+            opts = self.resolve(options or RunOptions())
+            types = compiled.stream_types
+            lateness = {t: self.types[t].lateness_us for t in types if t in self.types}
+            max_lateness = max(lateness.values(), default=0)
+            common: dict[str, Any] = {
+                "pm_capacity": opts.pm_capacity,
+                "pm_policy": opts.pm_policy,
+                "pm_store": self.pm_store if opts.pm_capacity is not None else None,
+                "pm_query_id": f"q{query_id}",
+            }
+            detector: Detector | None = None
+            worker: LiveArchivedWorker | None = None
+            if isinstance(compiled, LiveArchivedPlan):
+                if self.source is None:
+                    raise ValueError("live-and-archived queries need the archive (LACE_ARCHIVE_ENABLED)")
+                source = self.source
+
+                def runner(defer: Callable[[ArchiveWork], None]) -> Any:
+                    return make_detector(
+                        compiled,
+                        source=source,
+                        algorithm=opts.algorithm or Algorithm.sllaa,
+                        tolerance_us=opts.tolerance_us or 0,
+                        allowed_lateness_us=lateness,
+                        defer=defer,
+                        **common,
+                    )
+
+                self.warm_source()
+                worker = LiveArchivedWorker(
+                    query_id=query_id,
+                    name=name,
+                    plan=compiled,
+                    make_runner=runner,
+                    lookups=self.lookups,
+                    record=self.record_results,
+                    lateness_us=max_lateness,
+                )
+            else:
+                detector = make_detector(compiled, storage="chain", allowed_lateness_us=lateness, **common)
             lq = LiveQuery(
                 id=query_id,
                 name=name,
                 compiled=compiled,
-                matcher=Matcher(compiled, storage="chain", allowed_lateness_us=lateness),
-                max_lateness_us=max(lateness.values(), default=0),
+                detector=detector,
+                worker=worker,
+                max_lateness_us=max_lateness,
                 active_since_us=active_since_us,
+                options=opts,
             )
             self.queries[query_id] = lq
-            for t in compiled.types:
+            for t in types:
                 self.by_type.setdefault(t, []).append(lq)
             return lq
 
+    def warm_source(self) -> None:
+        """Start the archive source (Spark) on a background thread, once: registering a query never waits."""
+        get = getattr(self.source, "get", None)
+        if get is None or self._warming is not None:
+            return
+        self._warming = threading.Thread(target=get, name="lace-spark-start", daemon=True)
+        self._warming.start()
+
+    def resolve(self, options: RunOptions) -> RunOptions:
+        """``options`` with the service defaults filled in."""
+        d = self.defaults
+        return RunOptions(
+            algorithm=options.algorithm or d.algorithm,
+            tolerance_us=d.tolerance_us if options.tolerance_us is None else options.tolerance_us,
+            pm_capacity=options.pm_capacity if options.pm_capacity is not None else d.pm_capacity,
+            pm_policy=options.pm_policy or d.pm_policy,
+        )
+
     def stop_query(self, query_id: int) -> None:
-        """Drop a query's matcher and its partial matches (pause, delete, update)."""
+        """Drop a query's detector and its partial matches (pause, delete, update)."""
         with self.lock:
             lq = self.queries.pop(query_id, None)
             if lq is None:
                 return
-            for t in lq.compiled.types:
+            for t in lq.compiled.stream_types:
                 rest = [q for q in self.by_type.get(t, []) if q.id != query_id]
                 if rest:
                     self.by_type[t] = rest
                 else:
                     self.by_type.pop(t, None)
+            if lq.worker is not None:
+                lq.worker.stop()
+            if self.pm_store is not None:
+                try:
+                    self.pm_store.clear(f"q{query_id}")  # its spilled partial matches
+                except Exception:
+                    log.exception("clearing the spilled partial matches of query %d failed", query_id)
+
+    def close(self) -> None:
+        """Stop every live-and-archived worker and the archive request pool (service shut-down)."""
+        with self.lock:
+            for lq in list(self.queries.values()):
+                if lq.worker is not None:
+                    lq.worker.stop()
+        self.lookups.close()
 
     def activation_us(self) -> int:
         """A wall-clock instant that every later ingest stamps strictly after (call under the lock)."""
@@ -240,13 +397,17 @@ class LiveRuntime:
         for t, n in per.items():
             self.metrics.events_in.labels(t).inc(n)
 
-    def _push(self, events: Iterable[Event], index: list[int] | None, res: IngestResult | None) -> list[Found]:
+    def _push(self, events: list[Event], index: list[int] | None, res: IngestResult | None) -> list[Found]:
         found: list[Found] = []
         by_type = self.by_type
+        if self.workers_active():
+            self._offer(events)
         for k, e in enumerate(events):
             for lq in by_type.get(e.type, ()):
+                if lq.detector is None:
+                    continue  # live-and-archived: its worker has it
                 try:
-                    ms = lq.matcher.push(e)
+                    ms = lq.detector.push(e)
                 except LateEventError as err:
                     self.metrics.events_late.inc()
                     if res is not None and index is not None and len(res.query_late) < self.max_reported:
@@ -267,11 +428,77 @@ class LiveRuntime:
     def _advance(self, seen: int) -> list[Found]:
         out: list[Found] = []
         for lq in self.queries.values():
-            m = lq.matcher
+            d = lq.detector
+            if d is None:
+                continue
             wm = seen - lq.max_lateness_us - 1
-            if (m.pending and m.pending[0][0] <= wm) or (m.buffer and m.buffer[0][0] <= wm):
-                out.extend(Found(lq.id, x) for x in m.advance(wm))
+            due = d.next_deadline()
+            if due is not None and due <= wm:
+                out.extend(Found(lq.id, x) for x in d.advance(wm))
         return out
+
+    # ------------------------------------------------------------------ live-and-archived queries
+
+    def workers_active(self) -> bool:
+        return any(lq.worker is not None for lq in self.queries.values())
+
+    def _offer(self, events: list[Event]) -> None:
+        """Hand ``events`` (archived already) and the new watermark to every live-and-archived worker."""
+        seen = self.max_seen
+        for lq in self.queries.values():
+            w = lq.worker
+            if w is None:
+                continue
+            types = lq.compiled.stream_types
+            mine = [e for e in events if e.type in types]
+            wm = None if seen is None else seen - lq.max_lateness_us - 1
+            if mine or (wm is not None and (lq.offered_wm is None or wm > lq.offered_wm)):
+                lq.offered_wm = wm
+                w.offer(mine, wm)
+
+    def record_results(self, query_id: int, matches: list[Match]) -> None:
+        """Commit a live-and-archived query's results: alerts + outbox in one transaction (any thread).
+
+        Raises
+        ------
+        Exception
+            When the database cannot take them (the worker retries). A deleted query's results
+            are dropped.
+        """
+        if query_id not in self.queries:
+            return
+        found = [Found(query_id, m) for m in matches]
+        with transaction(self.sessions) as session:
+            alerts, deliveries = record_alerts(session, found, now_us=now_us())
+        lq = self.queries.get(query_id)
+        self.metrics.matches.labels(lq.name if lq else str(query_id)).inc(len(found))
+        self.metrics.alerts.inc(alerts)
+        self.metrics.alerts_duplicate.inc(len(found) - alerts)
+        if (alerts or deliveries) and self.on_deliveries is not None:
+            self.on_deliveries()
+
+    def checkpoint(self) -> None:
+        """Record each live-and-archived query's ``resume_from_us`` (where a restart replay must start)."""
+        points = {
+            lq.id: lq.worker.resume_from_us() for lq in list(self.queries.values()) if lq.worker is not None
+        }
+        points = {k: v for k, v in points.items() if v is not None}
+        if not points:
+            return
+        with transaction(self.sessions) as session:
+            for qid, ts in points.items():
+                session.execute(update(QueryRow).where(QueryRow.id == qid).values(resume_from_us=ts))
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until every live-and-archived query has matched what it was given and answered every
+        archive request (True), or ``timeout_s`` passed (False)."""
+        import time as _time
+
+        deadline = _time.monotonic() + timeout_s
+        for lq in list(self.queries.values()):
+            if lq.worker is not None and not lq.worker.wait_idle(max(deadline - _time.monotonic(), 0.0)):
+                return False
+        return True
 
     def _save(self, found: list[Found]) -> int:
         """Record alerts + outbox in one transaction; keep them for the next try if the database fails."""
@@ -318,23 +545,46 @@ class LiveRuntime:
                 for lq in self.by_type.get(e.type, ()):
                     if ingested_at <= lq.active_since_us:
                         continue
+                    if lq.worker is not None:
+                        lq.worker.offer([e], None)
+                        continue
+                    assert lq.detector is not None
                     try:
-                        ms = lq.matcher.push(e)
+                        ms = lq.detector.push(e)
                     except LateEventError:
                         continue
                     found.extend(Found(lq.id, m) for m in ms)
             if self.max_seen is not None:
                 found.extend(self._advance(self.max_seen))
+                self._offer([])
             self.metrics.replayed.inc(n)
             return n, self._save(found)
 
     # ------------------------------------------------------------------ gauges
 
     def partial_matches(self) -> int:
-        return sum(lq.matcher.counters.live for lq in list(self.queries.values()))
+        """Partial matches in memory over every active query."""
+        return sum(int(lq.stats().get("live_partial_matches", 0)) for lq in list(self.queries.values()))
 
     def _refresh_gauges(self) -> None:
-        self.metrics.partial_matches.set(self.partial_matches())
+        m = self.metrics
+        total = spilled = 0
+        for lq in list(self.queries.values()):
+            s = lq.stats()
+            pm = s.get("live_matcher", s)
+            total += pm.get("live_partial_matches", 0)
+            spilled += pm.get("spilled_now", 0)
+            m.query_partial_matches.labels(lq.name, "memory").set(pm.get("live_partial_matches", 0))
+            m.query_partial_matches.labels(lq.name, "spilled").set(pm.get("spilled_now", 0))
+            for kind in ("spilled", "reloaded", "misses"):
+                m.query_pm_events.labels(lq.name, kind).set(pm.get(kind, 0))
+            if lq.worker is not None:
+                m.query_archive_requests.labels(lq.name).set(s.get("archive_requests", 0))
+                m.query_pending_instances.labels(lq.name).set(
+                    s.get("pending_instances", 0) + s.get("in_flight_instances", 0)
+                )
+        m.partial_matches.set(total)
+        m.partial_matches_spilled.set(spilled)
         self.metrics.live_queries.set(len(self.queries))
         if self.archive is not None:
             stats = self.archive.stats()

@@ -5,6 +5,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from engine.options import Algorithm, PmPolicy
 from service.core.security import Scope
 from service.schemas.common import Id, Name
 
@@ -63,8 +64,27 @@ class EventTypePublic(BaseModel):
 # ---------------------------------------------------------------- queries
 
 
-class QueryCreate(_In):
-    """An LQL live query (docs/lql.md); ``name`` defaults to the query's NAME."""
+class QueryOptions(_In):
+    """How a query runs: live-and-archived algorithm and ``T_L``, partial-match budget and policy."""
+
+    algorithm: Algorithm | None = Field(
+        None,
+        description="Live-and-archived queries only: sllaa (default), ollaa, llaa or alaa (001 section 4).",
+    )
+    tolerance: Annotated[str, StringConstraints(min_length=1, max_length=40)] | None = Field(
+        None,
+        description="Live-and-archived queries only: SLLAA's tolerated delay T_L, e.g. '10 min' (default "
+        "LACE_LA_TOLERANCE_S, 1 min); OLLAA's archive refresh period.",
+    )
+    pm_capacity: Annotated[int, Field(ge=1, le=1 << 40)] | None = Field(
+        None,
+        description="Partial matches kept in memory; beyond it they spill to the database (default LACE_PM_CAPACITY).",
+    )
+    pm_policy: PmPolicy | None = Field(None, description="stpm or tpm: which partial matches spill first.")
+
+
+class QueryCreate(QueryOptions):
+    """An LQL query (docs/lql.md), live-only or live-and-archived; ``name`` defaults to the query's NAME."""
 
     text: QueryText
     name: QueryName | None = None
@@ -83,10 +103,41 @@ class QueryCreate(_In):
     )
 
 
-class QueryUpdate(_In):
-    """New LQL text: the query restarts (its partial matches are dropped)."""
+class QueryUpdate(QueryOptions):
+    """New LQL text (and options; unset ones keep their values): the query restarts empty."""
 
     text: QueryText
+
+
+class Delays(BaseModel):
+    """Result delay percentiles of a live-and-archived query: result emitted minus live instance completed."""
+
+    n: int
+    event_p50_ms: float
+    event_p99_ms: float
+    wall_p50_ms: float
+    wall_p99_ms: float
+
+
+class LiveArchivedStats(BaseModel):
+    """What a live-and-archived query's algorithm has done since it last started (001 section 4)."""
+
+    algorithm: str
+    tolerance_ms: float
+    live_instances: int
+    results: int
+    archive_requests: int
+    archived_events_scanned: int
+    archived_instances: int
+    pending_live_instances: int = Field(description="Completed live instances waiting in an open subwindow.")
+    open_subwindows: int = Field(description="Subwindows being filled or answered (archive requests in flight).")
+    requests_in_flight: int
+    backlog_events: int = Field(description="Events ingested but not yet offered to the query's live matcher.")
+    delay: Delays
+    ollaa_mode: str | None = Field(None, description="OLLAA: live (live drives) or archive (archive drives).")
+    sel_live: float | None = Field(None, description="OLLAA: Sel_PL at the last decision.")
+    sel_archived: float | None = Field(None, description="OLLAA: Sel_PA at the last decision.")
+    errors: int = Field(0, description="Archive requests that failed and were retried.")
 
 
 class QueryStats(BaseModel):
@@ -97,6 +148,13 @@ class QueryStats(BaseModel):
     matches: int
     partial_matches: int
     keys: int
+    pm_capacity: int | None = None
+    pm_policy: str | None = None
+    partial_matches_spilled: int = 0
+    spills: int = 0
+    reloads: int = 0
+    misses: int = 0
+    live_archived: LiveArchivedStats | None = None
 
 
 class QueryPublic(BaseModel):
@@ -104,8 +162,13 @@ class QueryPublic(BaseModel):
     name: str
     text: str
     state: Literal["active", "paused"]
+    kind: Literal["live", "live_archived"]
     types: list[str]
     window_ms: float | None
+    algorithm: str | None = None
+    tolerance_ms: float | None = None
+    pm_capacity: int | None = None
+    pm_policy: str | None = None
     version: int
     active_since: str
     created_at: str
@@ -145,7 +208,10 @@ __all__ = [
     "EventTypePublic",
     "EventTypeUpdate",
     "Id",
+    "Delays",
+    "LiveArchivedStats",
     "QueryCreate",
+    "QueryOptions",
     "QueryPublic",
     "QueryStats",
     "QueryUpdate",

@@ -1,0 +1,287 @@
+"""Live-and-archived queries in the service: off the ingest path, archive requests on a bounded pool.
+
+A live-and-archived query (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``; DESIGN.md sections 4, 7, 10)
+runs in a :class:`LiveArchivedWorker`: a thread that owns the query's runner (ALAA, LLAA, OLLAA or
+SLLAA, 001 section 4) and takes the events ingest hands it (:meth:`LiveArchivedWorker.offer`: a
+queue append, never a wait). The runner defers every archive request it can (an SLLAA subwindow, an
+LLAA or live-driven OLLAA instance) to :class:`ArchiveLookups`, a pool of a few threads shared by all
+queries, so at most ``LACE_LA_LOOKUP_WORKERS`` Spark jobs run at once and the live side keeps
+matching while they do. ALAA and archive-driven OLLAA read the archive on the worker's own thread
+(they need the archived instances before they go on): they delay that query only.
+
+Results go through ``record`` (alerts and outbox rows in one transaction, de-duplicated by (query,
+event ids)). The archive is read through the service's Spark session and includes the recent
+buffer: ingest archives every event before offering it, so a live instance sees every event
+ingested before its start.
+
+Restart (durability): the worker keeps ``resume_from_us``, an event time before which every live
+instance has been answered and its results committed: the smallest start among live instances in
+open subwindows and in-flight requests, and ``live_clock - span - lateness`` for the instances
+still to come. It is written to the query's row every ``LACE_LA_CHECKPOINT_S``; a restart replays
+the archive from there (``service.live.replay``), so after a SIGKILL every result is found again and
+recorded exactly once (the alerts' de-duplication drops those that were already committed).
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from engine.events import Event
+from engine.live_archived.base import ArchiveWork, Runner
+from engine.live_archived.counters import summary
+from engine.live_archived.plan import LiveArchivedPlan
+from engine.match import Match
+from engine.matcher import LateEventError
+
+log = logging.getLogger(__name__)
+
+_STOP = object()
+MAX_DELAYS_KEPT = 10_000
+"""Result delays kept per query for the percentiles (the most recent ones)."""
+RETRY_MAX_S = 30.0
+
+
+class ArchiveLookups:
+    """A bounded pool of threads answering deferred archive requests (:class:`ArchiveWork`).
+
+    Parameters
+    ----------
+    workers : int
+        Requests (Spark jobs) running at once, over all queries.
+    observe : callable, optional
+        ``observe(seconds)`` after each request (a metrics histogram).
+    """
+
+    def __init__(self, workers: int, observe: Callable[[float], None] | None = None) -> None:
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lace-archive")
+        self.observe = observe
+
+    def submit(self, owner: LiveArchivedWorker, work: ArchiveWork) -> None:
+        """Run ``work`` on the pool; its results go to ``owner.record_results``; failures are retried."""
+        self.pool.submit(self._run, owner, work)
+
+    def _run(self, owner: LiveArchivedWorker, work: ArchiveWork) -> None:
+        delay = 0.5
+        while not owner.stopped:
+            started = time.perf_counter()
+            try:
+                results = work.run()
+            except Exception:  # Spark failed (e.g. a lost executor): retry, the instances wait
+                owner.errors += 1
+                log.exception("archive request of query %s failed; retrying in %.1f s", owner.name, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            if self.observe is not None:
+                self.observe(time.perf_counter() - started)
+            owner.finished(work, results)
+            return
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+class LiveArchivedWorker:
+    """One live-and-archived query: its runner on a thread of its own (see the module docstring).
+
+    Parameters
+    ----------
+    query_id, name
+        The query's id and name.
+    plan : LiveArchivedPlan
+    make_runner : callable
+        ``make_runner(defer) -> Runner`` (the algorithm, ``T_L``, budget and archive source are bound).
+    lookups : ArchiveLookups
+        Where deferred archive requests run.
+    record : callable
+        ``record(query_id, matches)``: commit results (alerts + outbox); raises when it cannot.
+    lateness_us : int
+        The largest allowed lateness of the query's event types, int microseconds.
+    """
+
+    def __init__(
+        self,
+        *,
+        query_id: int,
+        name: str,
+        plan: LiveArchivedPlan,
+        make_runner: Callable[[Callable[[ArchiveWork], None]], Runner],
+        lookups: ArchiveLookups,
+        record: Callable[[int, list[Match]], None],
+        lateness_us: int,
+    ) -> None:
+        self.query_id = query_id
+        self.name = name
+        self.plan = plan
+        self.lookups = lookups
+        self.record = record
+        self.lateness_us = lateness_us
+        self.runner = make_runner(self._defer)
+        self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.backlog = 0
+        self.in_flight: dict[int, ArchiveWork] = {}
+        self.guard = threading.RLock()
+        """Held while the runner works (it may wait for Spark there: ALAA, OLLAA's statistics)."""
+        self.counts = threading.Lock()
+        """Guards ``in_flight`` and ``backlog``: never held across a wait, so ingest never waits."""
+        self._last_stats: dict[str, Any] = {}
+        self._last_resume: int | None = None
+        self.stopped = False
+        self.errors = 0
+        self.late = 0
+        self.results = 0
+        self.idle = threading.Event()
+        self.idle.set()
+        self.thread = threading.Thread(target=self._loop, name=f"lace-la-{query_id}", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------ called by ingest (under its lock)
+
+    def offer(self, events: list[Event], watermark_us: int | None) -> None:
+        """Hand over accepted events (already archived) and the query's watermark; never waits."""
+        with self.counts:
+            self.backlog += len(events)
+            self.idle.clear()
+        self.queue.put((events, watermark_us))
+
+    def stop(self) -> None:
+        """Stop the thread; deferred requests still running are abandoned (a restart replays them)."""
+        self.stopped = True
+        self.queue.put(_STOP)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(timeout=10)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _loop(self) -> None:
+        runner = self.runner
+        while True:
+            item = self.queue.get()
+            if item is _STOP:
+                return
+            events, watermark = item
+            out: list[Match] = []
+            try:
+                with self.guard:
+                    for e in events:
+                        try:
+                            out += runner.push(e)
+                        except LateEventError:
+                            self.late += 1
+                    if watermark is not None:
+                        due = runner.next_deadline()
+                        if due is not None and due <= watermark:
+                            out += runner.advance(watermark)
+            except Exception:
+                log.exception("live-and-archived query %s failed on %d events", self.name, len(events))
+            if out:
+                self._commit(out)
+            with self.counts:
+                self.backlog -= len(events)
+                if self.backlog == 0 and not self.in_flight:
+                    self.idle.set()
+
+    def _defer(self, work: ArchiveWork) -> None:
+        with self.counts:  # called by the runner, on this thread
+            self.in_flight[id(work)] = work
+            self.idle.clear()
+        self.lookups.submit(self, work)
+
+    def finished(self, work: ArchiveWork, results: list[Match]) -> None:
+        """A deferred request is answered (pool thread): commit its results, then forget it."""
+        if results:
+            self._commit(results)
+        with self.counts:
+            self.in_flight.pop(id(work), None)
+            if self.backlog == 0 and not self.in_flight:
+                self.idle.set()
+
+    def _commit(self, results: list[Match]) -> None:
+        delay = 0.5
+        while not self.stopped:
+            try:
+                self.record(self.query_id, results)
+            except Exception:
+                log.exception("recording %d results of query %s failed; retrying", len(results), self.name)
+                time.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_S)
+                continue
+            self.results += len(results)
+            return
+
+    # ------------------------------------------------------------------ what the service reads
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until every offered event is matched and every archive request answered (tests, demo)."""
+        return self.idle.wait(timeout_s)
+
+    def resume_from_us(self) -> int | None:
+        """Event time from which a restart must replay so that no result of this query is lost.
+
+        None: unbounded (a live side without WITHIN). When the runner is busy (waiting for Spark), the
+        last value computed is returned: it is still a safe bound (it only grows).
+        """
+        if not self.guard.acquire(timeout=0.2):
+            return self._last_resume
+        try:
+            runner = self.runner
+            with self.counts:
+                starts = [w.earliest_start_us for w in self.in_flight.values()]
+            starts += [i.match.start for i in runner.waiting()]
+            span = self.plan.live_span_us
+            if span is None:
+                return None
+            if runner.live_clock > -(1 << 62):
+                starts.append(runner.live_clock - span - self.lateness_us)
+            self._last_resume = min(starts) if starts else self._last_resume
+            return self._last_resume
+        finally:
+            self.guard.release()
+
+    def stats(self) -> dict[str, Any]:
+        """The runner's counters plus the worker's (backlog, requests in flight, delays p50/p99).
+
+        When the runner is busy (waiting for Spark) for more than 0.2 s, the last counters are returned
+        with the worker's current backlog and requests in flight.
+        """
+        with self.counts:
+            live = {
+                "backlog_events": self.backlog,
+                "requests_in_flight": len(self.in_flight),
+                "in_flight_instances": sum(len(w.instances) for w in self.in_flight.values()),
+                "errors": self.errors,
+                "worker_late": self.late,
+            }
+        if not self.guard.acquire(timeout=0.2):
+            return {**self._last_stats, **live}
+        try:
+            d = self.runner.stats()
+            c = self.runner.counters
+            with self.runner.lock:
+                if len(c.delay_event_us) > MAX_DELAYS_KEPT:
+                    del c.delay_event_us[:-MAX_DELAYS_KEPT], c.delay_wall_s[:-MAX_DELAYS_KEPT]
+                ev = _pcts([x / 1_000 for x in c.delay_event_us])
+                wall = _pcts([x * 1_000 for x in c.delay_wall_s])
+                n = len(c.delay_event_us)
+            d["delay_ms"] = {"n": n, "event": ev, "wall": wall}
+            self._last_stats = d
+        finally:
+            self.guard.release()
+        return {**d, **live}
+
+
+def _pcts(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "p99": 0.0}
+    xs = sorted(values)
+    s = summary(xs)
+
+    def pct(q: float) -> float:
+        return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+    return {"p50": round(s["p50"], 3), "p99": round(pct(0.99), 3)}
