@@ -15,6 +15,17 @@ more than 5x the previous one of the same symbol; one event in ~1,000 is a spike
 
     python -m bench.service                      # 200k events, then 5k ev/s for 30 s
     python -m bench.service --events 50000 --seconds 10 --json out.json
+
+With ``--live-archived``, the stream is the Aarhus traffic table (``shared/data/aarhus``, in ts order,
+``hour`` added) and the query is the demo's live-and-archived ``congested_same_hour`` (SLLAA, T_L = 10 min):
+``--archive-days`` days are posted with no query registered (sustained ingest without a query), then the
+query is registered and ``--events`` more are posted back to back (sustained ingest with it), then
+``--rate`` events/s for ``--seconds``; at the end the query's counters (archive requests, live instances,
+subwindows) and the latency from the POST that closed a subwindow to the webhook delivery of its results:
+p99 of (POST -> results committed, measured in the service per request) plus p99 of (committed ->
+delivered, measured per alert at the receiver), an upper bound of the p99 of their sum.
+
+    python -m bench.service --live-archived --archive-days 7 --events 200000 --rate 5000 --seconds 60
 """
 from __future__ import annotations
 
@@ -161,6 +172,143 @@ def latency(c: httpx.Client, rx: Receiver, stream: Stream, rate: int, seconds: f
     }
 
 
+AARHUS = REPO.parent / "shared" / "data" / "aarhus"
+LA_QUERY = REPO / "cli" / "demo_data" / "queries" / "congested_same_hour.lql"
+DAY_MS = 86_400_000
+
+
+def aarhus_lines() -> list[tuple[int, bytes]]:
+    """Every Aarhus reading as ``(ts_ms, NDJSON line)`` in ts order, ``hour`` (UTC) and ``ndt_kmh`` added."""
+    import csv
+
+    import pyarrow.parquet as pq
+
+    ndt = {}
+    with open(AARHUS / "traffic_sensors.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            ndt[row["REPORT_ID"]] = float(row["NDT_IN_KMH"])
+    t = pq.read_table(
+        AARHUS / "aarhus_traffic_2014-08_09.parquet", columns=["key", "ts_ms", "avg_speed", "vehicle_count"]
+    ).to_pydict()
+    out = []
+    for i, (k, ms, speed, count) in enumerate(zip(t["key"], t["ts_ms"], t["avg_speed"], t["vehicle_count"])):
+        attrs = {"key": k, "avg_speed": speed, "vehicle_count": count, "ndt_kmh": ndt.get(k, 0.0)}
+        attrs["hour"] = ms // 3_600_000 % 24
+        out.append((ms, orjson.dumps({"id": i + 1, "type": "traffic", "ts": ms, "attrs": attrs})))
+    out.sort(key=lambda r: r[0])
+    return out
+
+
+def post_lines(c: httpx.Client, lines: list[tuple[int, bytes]], batch: int, rate: float | None = None) -> float:
+    """POST ``lines`` as NDJSON batches (at ``rate`` events/s, or back to back); return the wall seconds."""
+    start = time.perf_counter()
+    for i in range(0, len(lines), batch):
+        if rate:
+            due = start + i / rate
+            now = time.perf_counter()
+            if due > now:
+                time.sleep(due - now)
+        body = b"\n".join(line for _, line in lines[i : i + batch])
+        r = c.post("/events", content=body, headers={"content-type": "application/x-ndjson"})
+        assert r.status_code == 200 and r.json()["rejected"] == 0, r.text[:300]
+    return time.perf_counter() - start
+
+
+def wait_la_idle(c: httpx.Client, qid: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    deadline = time.time() + timeout_s
+    while True:
+        stats = c.get(f"/queries/{qid}").json()["stats"]
+        la = stats["live_archived"]
+        if not (la["backlog_events"] or la["requests_in_flight"]) or time.time() > deadline:
+            return dict(stats)
+        time.sleep(0.2)
+
+
+def live_archived_run(args: argparse.Namespace) -> int:
+    """The ``--live-archived`` benchmark (see the module docstring)."""
+    print("reading the Aarhus table ...", flush=True)
+    lines = aarhus_lines()
+    t0 = lines[0][0]
+    cut = next(i for i, (ms, _) in enumerate(lines) if ms >= t0 + args.archive_days * DAY_MS)
+    archived, rest = lines[:cut], lines[cut:]
+    fast, paced = rest[: args.events], rest[args.events : args.events + int(args.rate * args.seconds)]
+    rx = Receiver()
+    rx.start()
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
+        port = free_port()
+        proc, key = start_service(Path(d), port, dict(kv.split("=", 1) for kv in args.service_env))
+        try:
+            with httpx.Client(
+                base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=120
+            ) as c:
+                c.post(
+                    "/event-types",
+                    json={
+                        "name": "traffic",
+                        "attributes": {
+                            "key": "string", "avg_speed": "float", "vehicle_count": "int", "ndt_kmh": "float",
+                            "hour": "int",
+                        },
+                        "partition_key": "key",
+                    },
+                ).raise_for_status()
+                wall = post_lines(c, archived, args.batch)
+                result["ingest_no_query"] = {"events": len(archived), "events_per_s": round(len(archived) / wall)}
+                print(json.dumps(result), flush=True)
+                q = c.post(
+                    "/queries", json={"text": LA_QUERY.read_text(), "algorithm": "sllaa", "tolerance": "10 min"}
+                ).json()
+                c.post("/webhooks", json={"query_id": q["id"], "url": rx.url}).raise_for_status()
+                time.sleep(20)  # Spark starts in the background when the query is registered
+                wall = post_lines(c, fast, args.batch)
+                result["ingest_with_query"] = {"events": len(fast), "events_per_s": round(len(fast) / wall)}
+                print(json.dumps(result), flush=True)
+                before = wait_la_idle(c, q["id"])["live_archived"]
+                rx.received.clear()
+                wall = post_lines(c, paced, args.batch, rate=args.rate)
+                stats = wait_la_idle(c, q["id"])
+                time.sleep(3)  # the last deliveries
+                la = stats["live_archived"]
+                arrivals = [
+                    (rec["at"] - _iso_s(json.loads(rec["body"])["detected_at"])) * 1000 for rec in rx.ok()
+                ]
+                arrivals.sort()
+                p99_dispatch = arrivals[min(len(arrivals) - 1, int(0.99 * len(arrivals)))] if arrivals else 0.0
+                result["paced"] = {
+                    "events": len(paced),
+                    "target_events_per_s": args.rate,
+                    "achieved_events_per_s": round(len(paced) / wall),
+                    "live_instances": la["live_instances"] - before["live_instances"],
+                    "archive_requests": la["archive_requests"] - before["archive_requests"],
+                    "alerts_delivered": len(arrivals),
+                    "close_to_commit_p50_ms": la["close_to_commit_p50_ms"],
+                    "close_to_commit_p99_ms": la["close_to_commit_p99_ms"],
+                    "commit_to_webhook_p99_ms": round(p99_dispatch, 1),
+                    "close_to_webhook_p99_bound_ms": round(la["close_to_commit_p99_ms"] + p99_dispatch, 1),
+                    "errors": la["errors"],
+                }
+                result["query_stats"] = stats
+        finally:
+            proc.terminate()
+            proc.wait(timeout=120)
+            rx.stop()
+    result.update(
+        machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        date=time.strftime("%Y-%m-%d"),
+    )
+    print(json.dumps({k: v for k, v in result.items() if k != "query_stats"}, indent=1))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def _iso_s(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text).timestamp()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000, help="events in the throughput run")
@@ -169,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="length of the latency run")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--service-env", action="append", default=[], metavar="LACE_X=V", help="extra service setting")
+    ap.add_argument("--live-archived", action="store_true", help="Aarhus traffic through congested_same_hour")
+    ap.add_argument("--archive-days", type=float, default=7.0, help="--live-archived: days archived first")
     args = ap.parse_args(argv)
+    if args.live_archived:
+        return live_archived_run(args)
     rx = Receiver()
     rx.start()
     with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:

@@ -23,6 +23,7 @@ recorded exactly once (the alerts' de-duplication drops those that were already 
 """
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -135,6 +136,10 @@ class LiveArchivedWorker:
         self.errors = 0
         self.late = 0
         self.results = 0
+        self._offered_at = 0.0
+        self.closed_at: dict[int, float] = {}
+        self.close_to_commit_s: collections.deque[float] = collections.deque(maxlen=MAX_DELAYS_KEPT)
+        """Per answered request: from the ingest (POST) that closed it to its results committed, seconds."""
         self.idle = threading.Event()
         self.idle.set()
         self.thread = threading.Thread(target=self._loop, name=f"lace-la-{query_id}", daemon=True)
@@ -147,7 +152,7 @@ class LiveArchivedWorker:
         with self.counts:
             self.backlog += len(events)
             self.idle.clear()
-        self.queue.put((events, watermark_us))
+        self.queue.put((events, watermark_us, time.time()))
 
     def stop(self) -> None:
         """Stop the thread; deferred requests still running are abandoned (a restart replays them)."""
@@ -164,7 +169,7 @@ class LiveArchivedWorker:
             item = self.queue.get()
             if item is _STOP:
                 return
-            events, watermark = item
+            events, watermark, self._offered_at = item
             out: list[Match] = []
             try:
                 with self.guard:
@@ -189,6 +194,7 @@ class LiveArchivedWorker:
     def _defer(self, work: ArchiveWork) -> None:
         with self.counts:  # called by the runner, on this thread
             self.in_flight[id(work)] = work
+            self.closed_at[id(work)] = self._offered_at
             self.idle.clear()
         self.lookups.submit(self, work)
 
@@ -198,6 +204,9 @@ class LiveArchivedWorker:
             self._commit(results)
         with self.counts:
             self.in_flight.pop(id(work), None)
+            closed = self.closed_at.pop(id(work), None)
+            if closed is not None:
+                self.close_to_commit_s.append(time.time() - closed)
             if self.backlog == 0 and not self.in_flight:
                 self.idle.set()
 
@@ -256,6 +265,8 @@ class LiveArchivedWorker:
                 "in_flight_instances": sum(len(w.instances) for w in self.in_flight.values()),
                 "errors": self.errors,
                 "worker_late": self.late,
+                "close_to_commit_ms": _pcts([x * 1_000 for x in self.close_to_commit_s]),
+                "requests_answered": len(self.close_to_commit_s),
             }
         if not self.guard.acquire(timeout=0.2):
             return {**self._last_stats, **live}

@@ -138,6 +138,11 @@ class LiveArchivedStats(BaseModel):
     sel_live: float | None = Field(None, description="OLLAA: Sel_PL at the last decision.")
     sel_archived: float | None = Field(None, description="OLLAA: Sel_PA at the last decision.")
     errors: int = Field(0, description="Archive requests that failed and were retried.")
+    close_to_commit_p50_ms: float = Field(
+        0.0, description="From the POST /events that closed a subwindow (or completed an LLAA instance) to its "
+        "results committed as alerts, p50 over the last 10,000 requests."
+    )
+    close_to_commit_p99_ms: float = 0.0
 
 
 class QueryStats(BaseModel):

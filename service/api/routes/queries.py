@@ -65,6 +65,8 @@ def _stats(lq: LiveQuery) -> QueryStats:
             sel_live=decided[-1]["sel_live"] if decided else None,
             sel_archived=decided[-1]["sel_archived"] if decided else None,
             errors=s["errors"],
+            close_to_commit_p50_ms=s["close_to_commit_ms"]["p50"],
+            close_to_commit_p99_ms=s["close_to_commit_ms"]["p99"],
         )
     return QueryStats(
         events=m["events"],
