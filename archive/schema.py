@@ -238,7 +238,10 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
 def with_date(table: pa.Table) -> pa.Table:
     """Append the ``date`` partition column: the UTC date of ``ts`` as ``YYYY-MM-DD``."""
     us = table.column("ts").cast(pa.int64())
-    days = pc.floor(pc.divide(us.cast(pa.float64()), float(US_PER_DAY))).cast(pa.int32())
+    # integer floor division (no float64: past 2^53 us, about year 2255, floats lose the microseconds and
+    # Arrow refuses the cast back); pc.divide truncates toward zero, so step back one day for negatives
+    q = pc.divide(us, US_PER_DAY)
+    days = pc.if_else(pc.less(pc.subtract(us, pc.multiply(q, US_PER_DAY)), 0), pc.subtract(q, 1), q).cast(pa.int32())
     return table.append_column("date", days.cast(pa.date32()).cast(pa.string()))
 
 

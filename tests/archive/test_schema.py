@@ -111,3 +111,16 @@ def test_catalog_round_trips(tmp_path):
     save_catalog(tmp_path, {"traffic": T})
     assert load_catalog(tmp_path) == {"traffic": T}
     assert load_catalog(tmp_path / "none") == {}
+
+
+def test_date_of_timestamps_past_2_53_us_and_before_1970_is_exact() -> None:
+    """Issue 13.1: past 2^53 us (year ~2255) the date went through float64 and the flush failed forever."""
+    import pyarrow as pa
+
+    from archive.schema import with_date
+
+    us = [-62_135_596_800_000_000, -1, 0, 86_399_999_999, 253_402_300_799_999_999, (1 << 53) + 1]
+    table = pa.table({"ts": pa.array(us, pa.timestamp("us", tz="UTC"))})
+    assert with_date(table).column("date").to_pylist() == [
+        "0001-01-01", "1969-12-31", "1970-01-01", "1970-01-01", "9999-12-31", "2255-06-05",
+    ]

@@ -45,10 +45,10 @@ def _traffic_keys(live: list[Event], n: int) -> set[Any]:
 @pytest.fixture(scope="module")
 def slices() -> tuple[list[Event], list[Event]]:
     """(archived part, live part) of the demo streams: the bars of Monday and Tuesday archived, Wednesday's live;
-    6 traffic segments, 9 days archived and 1 day live."""
+    3 traffic segments, 9 days archived and 12 hours live (LLAA makes one Spark job per live instance)."""
     archived, live = split_stream(load_stream())
-    keys = _traffic_keys(live, 6)
-    last = min(e.ts for e in live if e.type == "traffic") + 1 * DAY_US
+    keys = _traffic_keys(live, 3)
+    last = min(e.ts for e in live if e.type == "traffic") + DAY_US // 2
     archived = [e for e in archived if e.type == "bar" or (e.attrs["key"] in keys and e.ts >= last - 9 * DAY_US)]
     first_bar = min(e.ts for e in live if e.type == "bar")
     live = [
@@ -128,7 +128,8 @@ def wait_idle(c: httpx.Client, ids: list[int], receiver: Receiver, timeout_s: fl
             if len(receiver.ok()) >= sum(count_alerts(c, q) for q in ids):
                 return
         time.sleep(0.5)
-    raise AssertionError("the live-and-archived queries did not finish in time")
+    states = {q: c.get(f"/queries/{q}").json()["stats"] for q in ids}
+    raise AssertionError(f"the live-and-archived queries did not finish in time: {states}")
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
