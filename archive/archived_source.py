@@ -18,7 +18,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.compiler import CompiledQuery
-from engine.events import Event
+from engine.events import MAX_TS_US, MIN_TS_US, Event
 from engine.live_archived.plan import Range
 from engine.live_archived.source import Ranges, normalize_request
 from engine.matcher import Matcher
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from archive.stats import ArchiveStats
     from archive.writer import ArchiveWriter
 
-MIN_US = -62_135_596_800_000_000  # 0001-01-01T00:00:00Z: Spark timestamps start there
-MAX_US = 253_402_300_799_999_999  # 9999-12-31T23:59:59.999999Z
+MIN_US = MIN_TS_US  # Spark timestamps start at 0001-01-01
+MAX_US = MAX_TS_US
 EXACT_SELECTIVITY_BELOW = 1_000  # archived events: below this, selectivity is computed exactly here
 
 

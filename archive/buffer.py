@@ -62,6 +62,11 @@ class RecentBuffer:
             top = max((c.seq for cs in self._chunks.values() for c in cs), default=0)
             return top, {t: [c.table for c in cs] for t, cs in self._chunks.items() if cs}
 
+    def chunks(self, name: str) -> list[tuple[int, pa.Table]]:
+        """``(WAL seq, record table)`` of every buffered chunk of type ``name``, oldest first."""
+        with self._lock:
+            return sorted(((c.seq, c.table) for c in self._chunks.get(name, [])), key=lambda c: c[0])
+
     def drop_through(self, seq: int, *, types: Iterable[str] | None = None) -> int:
         """Forget the chunks with WAL seq <= ``seq`` (of ``types``, default all): they are committed."""
         dropped = 0

@@ -63,6 +63,10 @@ def committed_seq(root: str | Path, type_name: str) -> int:
     return DeltaTable(uri).transaction_version(APP_ID) or 0
 
 
+QUARANTINE_DIR = "_quarantine"
+"""Where WAL records that cannot be committed go at start (see ``ArchiveWriter._commit_or_quarantine``)."""
+
+
 class ArchiveWriter:
     """Append events durably and archive them to one Delta table per event type.
 
@@ -106,7 +110,9 @@ class ArchiveWriter:
         self.flush_rows = flush_rows
         self.flush_age_s = flush_age_s
         self.buffer = RecentBuffer()
-        self.counters = {"appended": 0, "flushed": 0, "commits": 0, "replayed": 0, "replay_skipped": 0}
+        self.counters = {
+            "appended": 0, "flushed": 0, "commits": 0, "replayed": 0, "replay_skipped": 0, "quarantined": 0
+        }
         self.last_error: BaseException | None = None
         self._lock = threading.RLock()
         self._flush_lock = threading.Lock()
@@ -243,8 +249,40 @@ class ArchiveWriter:
         # seqs keep increasing even when every segment is gone: they are compared with committed versions
         self.wal.next_seq = max(self.wal.next_seq, max(committed.values(), default=0) + 1)
         if self.buffer.rows:
-            self.flush()
+            try:
+                self.flush()
+            except Exception:
+                log.exception("the write-ahead log does not commit as a whole; committing it record by record")
+                self._commit_or_quarantine()
         else:
+            self.wal.delete_through(self.wal.next_seq - 1)
+
+    def _commit_or_quarantine(self) -> None:
+        """Commit every buffered WAL record on its own; move one that cannot be committed to
+        ``<root>/_quarantine/<type>-<seq>.arrow`` (Arrow IPC) and report it, so the archive always opens."""
+        import pyarrow.ipc as ipc
+
+        for name in list(self.buffer.types()):
+            etype = self.types[name]
+            schema = etype.record_schema()
+            for seq, table in self.buffer.chunks(name):
+                try:
+                    self._commit(etype, with_date(conform(table, schema)), seq)
+                    self.counters["flushed"] += table.num_rows
+                except Exception as e:
+                    qdir = self.root / QUARANTINE_DIR
+                    qdir.mkdir(parents=True, exist_ok=True)
+                    path = qdir / f"{name}-{seq}.arrow"
+                    with ipc.new_file(str(path), table.schema) as f:
+                        f.write_table(table)
+                    self.counters["quarantined"] += table.num_rows
+                    log.error(
+                        "WAL record %d (%d %s events) cannot be archived (%s: %s): quarantined in %s",
+                        seq, table.num_rows, name, type(e).__name__, e, path,
+                    )
+                self.buffer.drop_through(seq, types=[name])
+        with self._lock:
+            self.wal.rotate()
             self.wal.delete_through(self.wal.next_seq - 1)
 
     # ------------------------------------------------------------------ lifecycle

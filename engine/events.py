@@ -63,3 +63,7 @@ class Event:
 
 MICROS_PER_MS = 1_000
 MICROS_PER_S = 1_000_000
+MIN_TS_US = -62_135_596_800_000_000
+"""0001-01-01T00:00:00Z: the earliest timestamp the archive (Delta, Spark, Arrow dates) can store."""
+MAX_TS_US = 253_402_300_799_999_999
+"""9999-12-31T23:59:59.999999Z: the latest timestamp the archive can store."""

@@ -113,6 +113,9 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
             pm_policy=settings.pm_policy,
         ),
         lookup_workers=settings.la_lookup_workers,
+        max_future_skew_us=round(settings.max_future_skew_s * 1e6),
+        idle_timeout_s=settings.idle_timeout_s,
+        dedup_window=settings.dedup_window,
     )
     for row in type_rows:
         runtime.set_type(event_types.spec_of(row))
@@ -140,13 +143,15 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
 
 
 async def _checkpoints(runtime: LiveRuntime, every_s: float) -> None:
-    """Record the live-and-archived queries' restart points every ``every_s`` seconds."""
+    """Every ``every_s`` seconds: advance queries over idle streams (:meth:`LiveRuntime.tick`) and record
+    the live-and-archived queries' restart points."""
     while True:
         await anyio.sleep(every_s)
         try:
+            await anyio.to_thread.run_sync(runtime.tick)
             await anyio.to_thread.run_sync(runtime.checkpoint)
         except Exception:
-            log.exception("recording the live-and-archived restart points failed")
+            log.exception("the periodic watermark advance or restart checkpoint failed")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -79,6 +79,12 @@ class Settings(BaseSettings):
     replay_max_s: Annotated[float, Field(gt=0)] = 7 * 86_400.0
     """Restart replay never reaches further back than this much event time (queries without WITHIN)."""
 
+    max_future_skew_s: Annotated[float, Field(gt=0, le=100 * 365 * 86_400)] = 86_400.0
+    """An event more than this ahead of the wall clock and of its type's watermark is refused (422)."""
+    idle_timeout_s: Annotated[float, Field(gt=0)] = 60.0
+    """An event type that sent nothing for this long (wall clock) stops holding queries' watermarks back."""
+    dedup_window: Annotated[int, Field(ge=0, le=10_000_000)] = 200_000
+    """Producer ids remembered for idempotent ingest (a retry within them is not taken twice)."""
     pm_capacity: Annotated[int | None, Field(ge=1)] = 100_000
     """Partial matches a query keeps in memory by default (``pm_capacity`` per query overrides it); beyond it
     STPM (or TPM) spills to the database's partial-match table (001 section 5). Unset (empty): no budget."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from engine.events import MAX_TS_US, MIN_TS_US
 from engine.io import parse_iso_us
 
 INT64_MIN = -(1 << 63)
@@ -95,8 +96,11 @@ def parse_ts(raw: Any) -> int:
         us = parse_iso_us(raw.strip())
     else:
         raise ValueError(f"must be an ISO-8601 string with offset or epoch milliseconds, not {_kind(raw)}")
-    if not INT64_MIN <= us <= INT64_MAX:
-        raise ValueError("is out of range")
+    if not MIN_TS_US <= us <= MAX_TS_US:
+        raise ValueError(
+            "is out of range: timestamps go from 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999Z "
+            f"({MIN_TS_US // 1000} to {MAX_TS_US // 1000} epoch ms)"
+        )
     return us
 
 

@@ -84,27 +84,33 @@ def read_tail(root: Path, spec: TypeSpec, since_us: int) -> list[tuple[tuple[int
     return out  # type: ignore[return-value]
 
 
-def replay_start_us(runtime: LiveRuntime, max_ts: int, replay_max_us: int, resume: Mapping[int, int]) -> int:
+def replay_start_us(
+    runtime: LiveRuntime, tops: Mapping[str, int], replay_max_us: int, resume: Mapping[int, int]
+) -> int:
     """Earliest ts the replay must read so that no partial match alive at the crash is lost.
 
-    A live-only query needs its WITHIN plus lateness; a live-and-archived query also the live
-    instances still waiting for the archive: its live span, lateness and ``T_L``, and at least back
-    to its recorded ``resume_from_us`` (``resume``: query id -> ts). Never more than ``replay_max_us``.
+    Per query, from the newest archived ts of its own types (``tops``: type -> ts): a live-only query
+    needs its WITHIN plus lateness; a live-and-archived query also the live instances still waiting
+    for the archive: its live span, lateness and ``T_L``, and at least back to its recorded
+    ``resume_from_us`` (``resume``: query id -> ts). Never more than ``replay_max_us`` per query.
     """
-    back = 0
-    since = max_ts
+    since: int | None = None
     for lq in runtime.queries.values():
         c = lq.compiled
+        newest = max((tops[t] for t in c.stream_types if t in tops), default=None)
+        if newest is None:
+            continue
         if isinstance(c, LiveArchivedPlan):
             span = c.live_span_us
             w = None if span is None else span + (lq.options.tolerance_us or 0)
-            if lq.id in resume:
-                since = min(since, resume[lq.id])
         else:
             w = c.window_us
-        back = max(back, replay_max_us if w is None else w + lq.max_lateness_us)
-    since = min(since, max_ts - min(back, replay_max_us))
-    return max(since, max_ts - replay_max_us) - STATS_SLACK_US
+        back = replay_max_us if w is None else min(w + lq.max_lateness_us, replay_max_us)
+        start = newest - back
+        if lq.id in resume:
+            start = max(min(start, resume[lq.id]), newest - replay_max_us)
+        since = start if since is None else min(since, start)
+    return (since if since is not None else max(tops.values(), default=0)) - STATS_SLACK_US
 
 
 def rebuild(
@@ -119,13 +125,15 @@ def rebuild(
 
     ``resume``: query id -> ``resume_from_us`` of live-and-archived queries (their restart checkpoint).
     """
-    max_ts = archived_max_ts(root, list(types))
-    if max_ts is None:
+    tops = {name: archived_max_ts(root, [name]) for name in types}
+    known = {name: top for name, top in tops.items() if top is not None}
+    if not known:
         return {"events": 0, "alerts": 0}
     with runtime.lock:
-        runtime.max_seen = max_ts - STATS_SLACK_US  # refined by the replayed events below
+        for name, top in known.items():  # each stream's event time; refined by the replayed events below
+            runtime.type_max[name] = max(runtime.type_max.get(name, top - STATS_SLACK_US), top - STATS_SLACK_US)
         wanted = {t for lq in runtime.queries.values() for t in lq.compiled.stream_types if t in types}
-        since = replay_start_us(runtime, max_ts, replay_max_us, resume or {})
+        since = replay_start_us(runtime, known, replay_max_us, resume or {})
     parts = [read_tail(root, types[t], since) for t in sorted(wanted)]
 
     def rows() -> Iterator[tuple[Event, int]]:

@@ -11,13 +11,20 @@ type and hand them to the live-and-archived workers, then commit the live-only q
 with their outbox rows in one transaction. Only then is the request answered and the dispatcher
 woken. Live-and-archived results are committed by their worker, the same way, when they are found.
 
-Event time (DESIGN.md section 3): the service keeps ``max_seen``, the newest ts accepted
-(any type). An event of type T is late, and rejected, when ``ts < max_seen - lateness(T)``.
-That is at least as strict as every matcher's own rule, so a matcher almost never refuses
-an accepted event (it still can for producer-given ids that break (ts, id) order). After
-each batch, a query whose trailing-negation deadline or buffered events fall behind its
-watermark ``max_seen - max lateness of its types - 1`` is advanced, which no later accepted
-event can precede.
+Event time (DESIGN.md section 3), per stream: each event type T has its newest accepted ts
+``max_seen[T]`` and its watermark ``max_seen[T] - lateness(T)``; an event of T is late, and
+rejected, when its ts is behind T's watermark, whatever other types do (unrelated streams need not
+arrive in one global time order). An event more than ``max_future_skew`` ahead of both the wall
+clock and its type's watermark is refused too (a clock error must not make every later event
+late). A query's watermark is the minimum over the types it reads of their watermarks (minus 1
+us), Flink-style: a type that has sent nothing for ``idle_timeout_s`` of wall time stops holding
+it back, and :meth:`LiveRuntime.tick` advances queries while nothing arrives. Events of two types
+that one query reads must still arrive within their lateness of each other (the query's matcher
+refuses the rest, reported as ``query_late``).
+
+Idempotent ingest: a producer id seen before (among the last ``dedup_window`` ids) with the same
+content (type, ts, attributes) is acknowledged again and not taken twice; with different content it
+is refused (``conflict``, HTTP 409 when nothing else was taken).
 
 Queries start (create, update, resume) at ``active_since_us``, a wall-clock instant taken
 under the lock; the archive stamps every later event with a larger ``ingested_at``, which
@@ -25,9 +32,11 @@ is how a restart replay feeds each query exactly the events it saw live.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +61,21 @@ from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 from service.live.outbox import Found, record_alerts
 
 log = logging.getLogger(__name__)
+
+
+def content_digest(type_name: str, ts: int, attrs: dict[str, Any]) -> bytes:
+    """16 bytes that identify an event's content (type, ts, attributes; not its id), stable across processes."""
+    import orjson
+
+    body = orjson.dumps([type_name, ts, attrs], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.blake2b(body, digest_size=16).digest()
+
+
+def iso(ts_us: int) -> str:
+    """``ts_us`` as ISO-8601 UTC with microseconds (for messages)."""
+    from datetime import UTC, datetime, timedelta
+
+    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ts_us)).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(slots=True)
@@ -112,6 +136,8 @@ class IngestResult:
     ids: list[int] = field(default_factory=list)
     rejections: list[dict[str, Any]] = field(default_factory=list)
     query_late: list[dict[str, Any]] = field(default_factory=list)
+    duplicates: list[int] = field(default_factory=list)
+    conflicts: int = 0
     matches: int = 0
     alerts: int = 0
 
@@ -150,6 +176,9 @@ class LiveRuntime:
         pm_store: PartialMatchStore | None = None,
         defaults: RunOptions | None = None,
         lookup_workers: int = 2,
+        max_future_skew_us: int = 86_400_000_000,
+        idle_timeout_s: float = 60.0,
+        dedup_window: int = 200_000,
     ) -> None:
         self.sessions = sessions
         self.metrics = metrics
@@ -164,7 +193,15 @@ class LiveRuntime:
         self.types: dict[str, TypeSpec] = {}
         self.queries: dict[int, LiveQuery] = {}
         self.by_type: dict[str, list[LiveQuery]] = {}
-        self.max_seen: int | None = None
+        self.type_max: dict[str, int] = {}
+        """Per event type: the newest ts accepted, int us."""
+        self.type_wall: dict[str, float] = {}
+        """Per event type: when (monotonic seconds) it last sent an event."""
+        self.max_future_skew_us = max_future_skew_us
+        self.idle_timeout_s = idle_timeout_s
+        self.dedup_window = dedup_window
+        self.recent_ids: OrderedDict[int, bytes] = OrderedDict()
+        """The last ``dedup_window`` producer ids -> digest of the event's content."""
         self.on_deliveries: Callable[[], None] | None = None
         self._last_id = 0
         self._unsaved: list[Found] = []
@@ -339,28 +376,54 @@ class LiveRuntime:
         with self.lock:
             accepted: list[Event] = []
             index: list[int] = []
-            seen = self.max_seen
+            seen = dict(self.type_max)
+            staged: dict[int, bytes] = {}
             pending_ids: list[int] = []
+            now = now_us()
             for i, (raw, line) in enumerate(items):
                 try:
                     spec, eid, ts, attrs = validate_event(raw, self.types)
                 except EventInvalid as e:
                     self._reject(res, i, line, e.field, e.reason, "invalid")
                     continue
-                if seen is not None and ts < seen - spec.lateness_us:
+                digest = b""
+                if eid is not None:  # before the time checks: a retry of an acknowledged event is late by nature
+                    digest = content_digest(spec.name, ts, attrs)
+                    known = staged.get(eid) or self.recent_ids.get(eid)
+                    if known is not None:
+                        if known == digest:
+                            res.duplicates.append(eid)  # a retry: acknowledged, not taken twice
+                            continue
+                        reason = f"id {eid} was already ingested with different content (type, ts or attributes)"
+                        self._reject(res, i, line, "id", reason, "conflict")
+                        continue
+                top = seen.get(spec.name)
+                watermark = None if top is None else top - spec.lateness_us
+                if top is not None and watermark is not None and ts < watermark:
                     reason = (
-                        f"late event: ts {ts} us is more than the allowed lateness of type {spec.name} "
-                        f"({spec.lateness_us} us) behind the newest event ts {seen} us"
+                        f"late event: ts {iso(ts)} is more than the allowed lateness of type {spec.name} "
+                        f"({spec.lateness_us // 1000} ms) behind its newest event, ts {iso(top)}"
                     )
                     self._reject(res, i, line, "ts", reason, "late")
+                    continue
+                limit = max(now, watermark if watermark is not None else now) + self.max_future_skew_us
+                if ts > limit:
+                    ahead = "the wall clock" if watermark is None or watermark <= now else f"{spec.name}'s watermark"
+                    reason = (
+                        f"ts {iso(ts)} is more than the allowed future skew of "
+                        f"{self.max_future_skew_us // 1_000_000} s ahead of {ahead} (LACE_MAX_FUTURE_SKEW_S)"
+                    )
+                    self._reject(res, i, line, "ts", reason, "future")
                     continue
                 if eid is None:
                     pending_ids.append(len(accepted))
                     eid = 0
+                else:
+                    staged[eid] = digest
                 accepted.append(Event(eid, spec.name, ts, attrs))
                 index.append(i)
-                if seen is None or ts > seen:
-                    seen = ts
+                if top is None or ts > top:
+                    seen[spec.name] = ts
             if atomic and res.rejected:
                 return res
             if not accepted:
@@ -369,7 +432,11 @@ class LiveRuntime:
                 accepted[k].id = self._next_id()
             if self.archive is not None:
                 self.archive.append(accepted)
-            self.max_seen = seen
+            self.type_max = seen
+            wall = time.monotonic()
+            for t in {e.type for e in accepted}:
+                self.type_wall[t] = wall
+            self._remember(staged)
             found = self._push(accepted, index, res)
             res.accepted = len(accepted)
             res.ids = [e.id for e in accepted]
@@ -378,8 +445,44 @@ class LiveRuntime:
             res.alerts = self._save(found)
         return res
 
+    def _remember(self, ids: dict[int, bytes]) -> None:
+        recent = self.recent_ids
+        recent.update(ids)
+        while len(recent) > self.dedup_window:
+            recent.popitem(last=False)
+
+    def query_watermark(self, lq: LiveQuery) -> int | None:
+        """No event of ``lq``'s types with ts <= this will be accepted (None: no event yet).
+
+        The minimum over its types of ``max_seen[T] - lateness(T)``, minus 1 us; types idle for
+        ``idle_timeout_s`` (wall clock) do not hold it back; when every type is idle, the largest.
+        """
+        active: list[int] = []
+        idle: list[int] = []
+        now = time.monotonic()
+        for t in lq.compiled.stream_types:
+            top = self.type_max.get(t)
+            if top is None:
+                continue
+            spec = self.types.get(t)
+            wm = top - (spec.lateness_us if spec is not None else 0)
+            (idle if now - self.type_wall.get(t, 0.0) > self.idle_timeout_s else active).append(wm)
+        if active:
+            return min(active) - 1
+        return max(idle) - 1 if idle else None
+
+    def tick(self) -> None:
+        """Advance queries by their watermarks while nothing arrives (idle streams); call every second."""
+        with self.lock:
+            found = self._advance()
+            self._offer([])
+            if found:
+                self._save(found)
+
     def _reject(self, res: IngestResult, i: int, line: int | None, fld: str, reason: str, kind: str) -> None:
         res.rejected += 1
+        if kind == "conflict":
+            res.conflicts += 1
         if kind == "late":
             self.metrics.events_late.inc()
         self.metrics.events_rejected.labels(kind).inc()
@@ -415,8 +518,7 @@ class LiveRuntime:
                     continue
                 if ms:
                     found.extend(Found(lq.id, m) for m in ms)
-        if self.max_seen is not None:
-            found.extend(self._advance(self.max_seen))
+        found.extend(self._advance())
         per_query: dict[int, int] = {}
         for f in found:
             per_query[f.query_id] = per_query.get(f.query_id, 0) + 1
@@ -425,13 +527,15 @@ class LiveRuntime:
             self.metrics.matches.labels(live.name if live else str(qid)).inc(n)
         return found
 
-    def _advance(self, seen: int) -> list[Found]:
+    def _advance(self) -> list[Found]:
         out: list[Found] = []
         for lq in self.queries.values():
             d = lq.detector
             if d is None:
                 continue
-            wm = seen - lq.max_lateness_us - 1
+            wm = self.query_watermark(lq)
+            if wm is None:
+                continue
             due = d.next_deadline()
             if due is not None and due <= wm:
                 out.extend(Found(lq.id, x) for x in d.advance(wm))
@@ -444,14 +548,13 @@ class LiveRuntime:
 
     def _offer(self, events: list[Event]) -> None:
         """Hand ``events`` (archived already) and the new watermark to every live-and-archived worker."""
-        seen = self.max_seen
         for lq in self.queries.values():
             w = lq.worker
             if w is None:
                 continue
             types = lq.compiled.stream_types
             mine = [e for e in events if e.type in types]
-            wm = None if seen is None else seen - lq.max_lateness_us - 1
+            wm = self.query_watermark(lq)
             if mine or (wm is not None and (lq.offered_wm is None or wm > lq.offered_wm)):
                 lq.offered_wm = wm
                 w.offer(mine, wm)
@@ -537,10 +640,14 @@ class LiveRuntime:
         n = 0
         found: list[Found] = []
         with self.lock:
+            wall = time.monotonic()
             for e, ingested_at in rows:
                 n += 1
-                if self.max_seen is None or e.ts > self.max_seen:
-                    self.max_seen = e.ts
+                top = self.type_max.get(e.type)
+                if top is None or e.ts > top:
+                    self.type_max[e.type] = e.ts
+                self.type_wall[e.type] = wall
+                self.recent_ids[e.id] = content_digest(e.type, e.ts, e.attrs)
                 self._last_id = max(self._last_id, e.id)
                 for lq in self.by_type.get(e.type, ()):
                     if ingested_at <= lq.active_since_us:
@@ -554,9 +661,9 @@ class LiveRuntime:
                     except LateEventError:
                         continue
                     found.extend(Found(lq.id, m) for m in ms)
-            if self.max_seen is not None:
-                found.extend(self._advance(self.max_seen))
-                self._offer([])
+            self._remember({})
+            found.extend(self._advance())
+            self._offer([])
             self.metrics.replayed.inc(n)
             return n, self._save(found)
 

@@ -42,6 +42,9 @@ class IngestResponse(BaseModel):
     ids: list[int]
     rejections: list[Rejection]
     query_late: list[QueryLate] = []
+    duplicates: list[int] = Field(
+        [], description="producer ids already ingested with the same content: acknowledged again, not taken twice"
+    )
     matches: int
     alerts: int
 

@@ -159,3 +159,28 @@ def test_one_writer_per_archive(archive_root):
     with ArchiveWriter(archive_root, types=[TRAFFIC]):
         with pytest.raises(WalLockedError):
             ArchiveWriter(archive_root)
+
+
+def test_a_wal_record_that_cannot_be_archived_is_quarantined_and_the_archive_opens(archive_root):
+    """Issue 13.1: a WAL record the archive could not commit made every start fail until the WAL was
+    deleted by hand. Now it is moved aside (and counted); the other records are archived."""
+    import pyarrow.ipc as ipc
+
+    from archive.wal import WriteAheadLog
+
+    good = make_events(20, seed=7, types=(TRAFFIC,))
+    with ArchiveWriter(archive_root, types=[TRAFFIC], flush_rows=10_000, flush_age_s=3600) as w:
+        w.append(good[:10])
+        w.flush()
+        w.append(good[10:])
+        w.close(flush=False)  # acknowledged, in the WAL only
+    wal = WriteAheadLog(archive_root / "_lace" / "wal")
+    list(wal.replay())
+    bad = pa.table({"id": pa.array([999], pa.int64()), "ts": pa.array(["not a time"])})  # cannot be conformed
+    wal.append([("traffic", bad)])
+    wal.close()
+    with ArchiveWriter(archive_root, types=[TRAFFIC]) as w:  # opens: replays, commits, quarantines
+        assert w.counters["quarantined"] == 1
+    assert sorted(read_ids(archive_root, "traffic")) == ids_of(good, "traffic")
+    [q] = list((archive_root / "_quarantine").glob("traffic-*.arrow"))
+    assert ipc.open_file(str(q)).read_all().column("id").to_pylist() == [999]

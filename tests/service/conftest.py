@@ -159,6 +159,8 @@ def make_service(db: Database, data_dir: Path, **settings: Any) -> Service:
         LACE_WEBHOOK_POLL_S="0.05",
         LACE_WEBHOOK_TIMEOUT_S="3",
         LACE_ARCHIVE_FLUSH_AGE_S="0.5",
+        # the shared services' tests march event time an hour apart each (EventClock): allow a year ahead
+        LACE_MAX_FUTURE_SKEW_S=str(365 * 86_400),
         PYTHONUNBUFFERED="1",
     )
     env.update({f"LACE_{k.upper()}": str(v) for k, v in settings.items()})

@@ -253,13 +253,14 @@ def test_sigkill_with_open_subwindows_loses_and_repeats_no_alert(la_service: Ser
     )
     cars = 240
     archived = [Event(1 + i, "pass", (base_ms + i * 60_000) * 1000, {"car": i, "at": "A"}) for i in range(cars)]
+    half = cars // 2
     live = [
         Event(10_000 + i, "pass", (base_ms + i * 60_000 + 300_000) * 1000, {"car": i, "at": "B"})
-        for i in range(cars)
+        for i in range(half, cars)
         if i % 3 != 0  # a third of the cars never reach B
     ]
-    live = sorted(archived[len(archived) // 2 :] + live, key=Event.order_key)
-    archived = archived[: len(archived) // 2]
+    live = sorted(archived[half:] + live, key=Event.order_key)  # the A passes of the second half are live too
+    archived = archived[:half]
     with la_service.client() as c:
         r = c.post("/event-types", json={"name": "pass", "attributes": {"car": "int", "at": "string"}})
         assert r.status_code == 201, r.text

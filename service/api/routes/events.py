@@ -44,7 +44,13 @@ _BODY: dict[str, Any] = {
     "/events",
     summary="Ingest events",
     openapi_extra=_BODY,
-    responses={422: {"model": IngestResponse, "description": "Every event was rejected (or one was, with atomic)"}},
+    responses={
+        422: {"model": IngestResponse, "description": "Every event was rejected (or one was, with atomic)"},
+        409: {
+            "model": IngestResponse,
+            "description": "Every rejected event reused a producer id with different content, and nothing was taken",
+        },
+    },
 )
 async def post_events(
     request: Request,
@@ -69,14 +75,15 @@ async def post_events(
         err = ApiError(503, f"the events could not be made durable ({type(e).__name__}); nothing was taken", "body")
         err.headers = {"Retry-After": "1"}
         raise err from None
-    if res.rejected and (atomic or not res.accepted):
-        response.status_code = 422
+    if res.rejected and (atomic or not (res.accepted or res.duplicates)):
+        response.status_code = 409 if res.conflicts == res.rejected else 422
     return IngestResponse(
         accepted=res.accepted,
         rejected=res.rejected,
         ids=res.ids,
         rejections=[Rejection(**r) for r in res.rejections],
         query_late=[QueryLate(**q) for q in res.query_late],
+        duplicates=res.duplicates,
         matches=res.matches,
         alerts=res.alerts,
     )

@@ -1,0 +1,96 @@
+"""Issue 13, failures 1, 2 and 7, each reproduced over real HTTP (SQLite and PostgreSQL): one event must not
+brick the service, unrelated streams keep their own event time, and a producer's retry is not taken twice."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.service.conftest import Database, Service, make_service, unique
+
+
+def make_type(c, *, lateness_ms: int = 0) -> str:
+    name = unique("bar")
+    r = c.post(
+        "/event-types",
+        json={"name": name, "attributes": {"key": "string", "close": "float"}, "allowed_lateness_ms": lateness_ms},
+    )
+    assert r.status_code == 201, r.text
+    return name
+
+
+def ev(t: str, ts, key: str = "AIG", close: float = 1.0, **extra):
+    return {"type": t, "ts": ts, "attrs": {"key": key, "close": close}, **extra}
+
+
+def test_a_far_future_event_is_refused_and_changes_nothing(service: Service, t0: int) -> None:
+    """1: one event at 9999-12-31 from an ingest key made every later normal event late."""
+    with service.client() as c:
+        t = make_type(c)
+        r = c.post("/events", json=[ev(t, "9999-12-31T23:59:59Z")])
+        assert r.status_code == 422, r.text
+        [rej] = r.json()["rejections"]
+        assert rej["field"] == "events[0].ts" and "future skew" in rej["reason"], rej
+        ok = c.post("/events", json=[ev(t, t0), ev(t, t0 + 1_000)])
+        assert ok.status_code == 200 and ok.json()["accepted"] == 2, ok.text
+
+
+def test_timestamps_outside_what_the_archive_stores_are_refused_at_ingest(service: Service) -> None:
+    """1: past 2^53 us or before year 1 the archive flush failed forever after a 200."""
+    with service.client() as c:
+        t = make_type(c)
+        for ts in (-62_135_596_800_001, "0000-12-31T23:59:59Z", 253_402_300_800_000):
+            r = c.post("/events", json=[ev(t, ts)])
+            assert r.status_code == 422, (ts, r.text)
+            assert r.json()["rejections"][0]["field"] == "events[0].ts"
+
+
+def test_unrelated_streams_keep_their_own_event_time(service: Service, t0: int) -> None:
+    """2: after traffic reached 2014-10-05, every bar of 2014-10-01 was rejected as late."""
+    with service.client() as c:
+        traffic, bars = make_type(c), make_type(c)
+        day = 86_400_000
+        assert c.post("/events", json=[ev(traffic, t0 + 4 * day)]).json()["accepted"] == 1
+        r = c.post("/events", json=[ev(bars, t0 + i * 60_000) for i in range(50)])
+        assert r.status_code == 200 and r.json()["accepted"] == 50, r.text
+        # within one stream, lateness still holds
+        late = c.post("/events", json=[ev(traffic, t0)])
+        assert late.status_code == 422 and "late event" in late.json()["rejections"][0]["reason"]
+
+
+def test_a_producer_retry_is_acknowledged_and_not_taken_twice(service: Service, t0: int) -> None:
+    """7: producer ids [5, 5] were both archived; a retry after a lost answer duplicated archive rows."""
+    with service.client() as c:
+        t = make_type(c)
+        base = abs(hash(t)) % 10**9 * 1000  # ids of their own in the shared service
+        body = [ev(t, t0, id=base + 5), ev(t, t0, id=base + 5), ev(t, t0 + 1, id=base + 6)]
+        r = c.post("/events", json=body)
+        assert r.status_code == 200, r.text
+        assert (r.json()["accepted"], r.json()["ids"], r.json()["duplicates"]) == (2, [base + 5, base + 6], [base + 5])
+        again = c.post("/events", json=body[:1])  # the client's retry: acknowledged again
+        assert again.status_code == 200 and again.json()["accepted"] == 0, again.text
+        assert again.json()["duplicates"] == [base + 5]
+        other = c.post("/events", json=[ev(t, t0 + 2, close=9.0, id=base + 5)])
+        assert other.status_code == 409, other.text
+        [rej] = other.json()["rejections"]
+        assert rej["field"] == "events[0].id" and str(base + 5) in rej["reason"]
+
+
+@pytest.mark.slow
+def test_year_one_as_the_first_event_is_archived_and_the_service_restarts(fresh_db: Database, tmp_path: Path) -> None:
+    """1: year 1 as the first event of an empty service made the flush fail and the next start fail."""
+    svc = make_service(fresh_db, tmp_path / "data", max_future_skew_s=86_400)
+    svc.start()
+    try:
+        with svc.client() as c:
+            t = make_type(c)
+            r = c.post("/events", json=[ev(t, "0001-01-01T00:00:00Z"), ev(t, "0001-01-01T00:00:01Z")])
+            assert r.status_code == 200 and r.json()["accepted"] == 2, r.text
+        svc.stop()
+        svc.start()  # the WAL (or Delta) holds year-1 events: the service starts
+        with svc.client() as c:
+            assert c.get("/healthz").status_code == 200
+            assert c.post("/events", json=[ev(t, "0001-01-01T00:00:02Z")]).json()["accepted"] == 1
+    finally:
+        svc.stop()
+    assert not list((tmp_path / "data" / "archive").glob("_quarantine/*"))
