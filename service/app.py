@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from engine.limits import QueryLimits
 from service.api.limits import BodyLimitMiddleware
 from service.api.routes import alerts, backfills, deliveries, event_types, events, health, keys, queries, webhooks
 from service.core.config import Settings, get_settings
@@ -116,6 +117,11 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         max_future_skew_us=round(settings.max_future_skew_s * 1e6),
         idle_timeout_s=settings.idle_timeout_s,
         dedup_window=settings.dedup_window,
+        limits=QueryLimits(
+            max_components=settings.max_query_components,
+            max_window_us=round(settings.max_window_s * 1e6),
+            max_lookback_us=round(settings.max_lookback_s * 1e6),
+        ),
     )
     for row in type_rows:
         runtime.set_type(event_types.spec_of(row))

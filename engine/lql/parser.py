@@ -17,7 +17,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
-from engine.durations import UNIT_US
+from engine.durations import MAX_DURATION_US, UNIT_US
 from engine.lql import ast
 from engine.lql.checks import PartitionRef, check_query
 from engine.lql.errors import QueryError
@@ -198,7 +198,12 @@ class _ToAst(Transformer[Token, Any]):
     def _us(number: Token, unit: Token) -> int:
         value = _number(number)
         size = _UNIT_US[str(unit).lower()]
-        return value * size if isinstance(value, int) else round(value * size)
+        us = value * size if isinstance(value, int) else value * size
+        if not us <= MAX_DURATION_US:  # also catches inf and nan (e.g. 1e400 days)
+            raise QueryError.at(
+                _pos(number), f"the duration {number} {unit} is too long (at most 2^62 us, ~146,000 years)"
+            )
+        return us if isinstance(us, int) else round(us)
 
     def return_item(self, meta: Meta, ch: list[Any]) -> ast.ReturnItem:
         expr, alias = ch

@@ -85,6 +85,12 @@ class Settings(BaseSettings):
     """An event type that sent nothing for this long (wall clock) stops holding queries' watermarks back."""
     dedup_window: Annotated[int, Field(ge=0, le=10_000_000)] = 200_000
     """Producer ids remembered for idempotent ingest (a retry within them is not taken twice)."""
+    max_query_components: Annotated[int, Field(ge=1, le=100_000)] = 64
+    """Pattern components a query may have (both sides of a live-and-archived query together)."""
+    max_window_s: Annotated[float, Field(gt=0)] = 31 * 86_400.0
+    """Longest WITHIN a query may have (a restart replays that much of the archive)."""
+    max_lookback_s: Annotated[float, Field(gt=0)] = 366 * 86_400.0
+    """Longest LOOKBACK a live-and-archived query may have."""
     pm_capacity: Annotated[int | None, Field(ge=1)] = 100_000
     """Partial matches a query keeps in memory by default (``pm_capacity`` per query overrides it); beyond it
     STPM (or TPM) spills to the database's partial-match table (001 section 5). Unset (empty): no budget."""

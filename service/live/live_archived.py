@@ -136,6 +136,8 @@ class LiveArchivedWorker:
         self.errors = 0
         self.late = 0
         self.results = 0
+        self.cpu_s = 0.0
+        """CPU seconds of the live side (the worker thread; archive requests not included)."""
         self._offered_at = 0.0
         self.closed_at: dict[int, float] = {}
         self.close_to_commit_s: collections.deque[float] = collections.deque(maxlen=MAX_DELAYS_KEPT)
@@ -171,6 +173,7 @@ class LiveArchivedWorker:
                 return
             events, watermark, self._offered_at = item
             out: list[Match] = []
+            started = time.thread_time()
             try:
                 with self.guard:
                     for e in events:
@@ -184,6 +187,7 @@ class LiveArchivedWorker:
                             out += runner.advance(watermark)
             except Exception:
                 log.exception("live-and-archived query %s failed on %d events", self.name, len(events))
+            self.cpu_s += time.thread_time() - started
             if out:
                 self._commit(out)
             with self.counts:
@@ -265,6 +269,7 @@ class LiveArchivedWorker:
                 "in_flight_instances": sum(len(w.instances) for w in self.in_flight.values()),
                 "errors": self.errors,
                 "worker_late": self.late,
+                "cpu_s": round(self.cpu_s, 6),
                 "close_to_commit_ms": _pcts([x * 1_000 for x in self.close_to_commit_s]),
                 "requests_answered": len(self.close_to_commit_s),
             }

@@ -46,6 +46,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.detector import Detector, Statement, make_detector
 from engine.events import Event
+from engine.limits import QueryLimits
 from engine.live_archived.base import ArchiveWork
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import ArchiveSource
@@ -109,6 +110,8 @@ class LiveQuery:
     active_since_us: int
     options: RunOptions
     offered_wm: int | None = None
+    cpu_s: float = 0.0
+    """CPU seconds spent matching (live-only; a live-and-archived query's worker keeps its own)."""
 
     @property
     def live_archived(self) -> bool:
@@ -119,7 +122,7 @@ class LiveQuery:
         if self.worker is not None:
             return self.worker.stats()
         assert self.detector is not None
-        return self.detector.stats()
+        return {**self.detector.stats(), "cpu_s": round(self.cpu_s, 6)}
 
 
 @dataclass(slots=True)
@@ -179,6 +182,7 @@ class LiveRuntime:
         max_future_skew_us: int = 86_400_000_000,
         idle_timeout_s: float = 60.0,
         dedup_window: int = 200_000,
+        limits: QueryLimits | None = None,
     ) -> None:
         self.sessions = sessions
         self.metrics = metrics
@@ -200,6 +204,7 @@ class LiveRuntime:
         self.max_future_skew_us = max_future_skew_us
         self.idle_timeout_s = idle_timeout_s
         self.dedup_window = dedup_window
+        self.limits = limits or QueryLimits()
         self.recent_ids: OrderedDict[int, bytes] = OrderedDict()
         """The last ``dedup_window`` producer ids -> digest of the event's content."""
         self.on_deliveries: Callable[[], None] | None = None
@@ -505,12 +510,18 @@ class LiveRuntime:
         by_type = self.by_type
         if self.workers_active():
             self._offer(events)
-        for k, e in enumerate(events):
-            for lq in by_type.get(e.type, ()):
-                if lq.detector is None:
-                    continue  # live-and-archived: its worker has it
+        # query by query (they are independent), so each query's CPU time is measured
+        wanted = {lq.id: lq for t in {e.type for e in events} for lq in by_type.get(t, ()) if lq.detector}
+        for lq in wanted.values():
+            detector = lq.detector
+            assert detector is not None
+            types = lq.compiled.stream_types
+            started = time.thread_time()
+            for k, e in enumerate(events):
+                if e.type not in types:
+                    continue
                 try:
-                    ms = lq.detector.push(e)
+                    ms = detector.push(e)
                 except LateEventError as err:
                     self.metrics.events_late.inc()
                     if res is not None and index is not None and len(res.query_late) < self.max_reported:
@@ -518,6 +529,7 @@ class LiveRuntime:
                     continue
                 if ms:
                     found.extend(Found(lq.id, m) for m in ms)
+            lq.cpu_s += time.thread_time() - started
         found.extend(self._advance())
         per_query: dict[int, int] = {}
         for f in found:

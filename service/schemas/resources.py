@@ -159,6 +159,7 @@ class QueryStats(BaseModel):
     spills: int = 0
     reloads: int = 0
     misses: int = 0
+    cpu_s: float = Field(0.0, description="CPU seconds spent matching since the query started (its live side)")
     live_archived: LiveArchivedStats | None = None
 
 

@@ -280,7 +280,7 @@ def test_sigkill_with_open_subwindows_loses_and_repeats_no_alert(la_service: Ser
     la_service.start()
     with la_service.client() as c:
         end = (max(e.ts for e in live) // 1000) + 86_400_000
-        assert c.post("/events", json=[{"type": "pass", "ts": end, "attrs": {"car": -1, "at": "B"}}]).status_code == 200
+        assert c.post("/events", json=[{"type": "pass", "ts": end, "attrs": {"car": -1, "at": "C"}}]).status_code == 200
         want = expected(text, "sllaa", archived, live)
         wait_idle(c, [q["id"]], receiver)
         got = [d for d in receiver.ok()]

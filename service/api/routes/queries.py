@@ -14,6 +14,7 @@ from sqlalchemy import delete, select
 from engine.detector import Statement, is_live_archived
 from engine.detector import compile as compile_statement
 from engine.durations import parse_duration_us
+from engine.limits import check_limits
 from engine.lql.errors import QueryError
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
 from service.core.errors import ApiError, get_or_404
@@ -80,6 +81,7 @@ def _stats(lq: LiveQuery) -> QueryStats:
         spills=m.get("spilled", 0),
         reloads=m.get("reloaded", 0),
         misses=m.get("misses", 0),
+        cpu_s=s.get("cpu_s", 0.0),
         live_archived=la,
     )
 
@@ -115,7 +117,9 @@ def _row_options(row: QueryRow) -> RunOptions:
 def compile_text(text: str, runtime: LiveRuntime) -> Statement:
     """Compile against the registered types; a QueryError becomes a 422 with line and column."""
     try:
-        return compile_statement(text, runtime.schemas())
+        statement = compile_statement(text, runtime.schemas())
+        check_limits(statement, runtime.limits)
+        return statement
     except QueryError as e:
         raise ApiError(422, e.reason, "body.text", line=e.line, column=e.column) from None
     except RecursionError:
