@@ -17,9 +17,10 @@ What the demo does, all of it over HTTP as a user would (:func:`run_demo`):
    part (before :data:`SPLITS`), then registers its queries (``POST /queries``; the live-and-archived
    ones with SLLAA and ``--tolerance``) with one webhook each (``POST /webhooks``), then its live part
    in batches, then one later *sentinel* event of its type (a key that matches nothing) that closes
-   its last windows and SLLAA subwindows. The service keeps ONE event-time clock for all types, and
-   the bars (2013) are older than the traffic (2014): posting stream by stream keeps every post in
-   time order, and a query registered after its stream's archived part sees only the live part live
+   its last windows and SLLAA subwindows. The bars (2013) are older than the traffic (2014): posting
+   stream by stream keeps every post in time order (whether the service keeps one event-time clock
+   for all types or one per type), the sentinel closes a stream's windows without waiting for the
+   service's idle-type rules, and a query registered after its stream's archived part sees only the live part live
    (its archived side reads the rest from the service's Delta archive, through the service's Spark,
    which the service starts in the background when the first live-and-archived query is registered);
 4. prints alerts as the receiver gets them (a few per query, the rest counted), waits until every
@@ -276,8 +277,9 @@ class _Demo:
         body = orjson.dumps([{"id": e.id, "type": e.type, "ts": e.ts // 1_000, "attrs": e.attrs} for e in events])
         at = time.time()
         doc = self.request("POST", "/events", 200, content=body, headers={"Content-Type": "application/json"})
-        if doc["rejected"] or doc["query_late"]:
-            raise DemoError(f"the service refused events: {(doc['rejections'] or doc['query_late'])[:3]}")
+        if doc["rejected"] or doc["query_late"] or doc.get("duplicates"):
+            problems = doc["rejections"] or doc["query_late"] or [f"duplicate ids {doc['duplicates'][:3]}"]
+            raise DemoError(f"the service refused events: {problems[:3]}")
         posted = self.posted_at
         for e in events:
             posted[e.id] = at
