@@ -1,0 +1,188 @@
+"""A local webhook endpoint for ``lace demo``: checks every delivery's signature and records its arrival.
+
+It is what a user of the service runs to receive alerts (docs/rest.md, "Webhooks"): an HTTP server
+(an ASGI app served by uvicorn on a thread, on ``127.0.0.1`` and a free port) with one path per
+webhook, ``/hook/<name>``. Each path has its signing secret (the ``secret`` that ``POST /webhooks``
+answers once); a delivery is accepted (200) when its ``X-Lace-Signature`` verifies and its ``t`` is
+recent, refused (401) otherwise, so the service would retry it. Redeliveries of an accepted alert
+(same ``Idempotency-Key``) are answered 200 and counted, not recorded twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+SIGNATURE_TOLERANCE_S = 300
+"""A signature whose ``t`` is further than this from the receiver's clock is refused, seconds."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def verify_signature(secret: str, body: bytes, header: str, *, now_s: float | None = None) -> bool:
+    """The documented check: ``header`` is ``t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>``.
+
+    Returns False for a malformed header, a wrong MAC or a ``t`` more than
+    :data:`SIGNATURE_TOLERANCE_S` from ``now_s`` (default: the clock).
+    """
+    try:
+        parts = dict(p.split("=", 1) for p in header.split(","))
+        t = parts["t"]
+        sent_s = int(t)
+        expected = parts["v1"]
+    except (KeyError, ValueError):
+        return False
+    mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
+    now = time.time() if now_s is None else now_s
+    return hmac.compare_digest(mac, expected) and abs(now - sent_s) <= SIGNATURE_TOLERANCE_S
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One accepted alert: which webhook path it came to, its JSON body and its arrival (epoch seconds)."""
+
+    hook: str
+    body: dict[str, Any]
+    at_s: float
+
+
+@dataclass
+class ReceiverCounts:
+    """Requests received, accepted (signature verified, first time), refused (bad or no signature,
+    unknown path, not JSON) and redelivered (verified again under an idempotency key already taken)."""
+
+    received: int = 0
+    verified: int = 0
+    refused: int = 0
+    redelivered: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class WebhookReceiver:
+    """The demo's webhook endpoint (see the module docstring).
+
+    Accepted deliveries are appended to :attr:`deliveries` and put on :attr:`arrivals` (a queue the
+    caller drains to print them as they come).
+
+    Parameters
+    ----------
+    host : str
+        Bind address (default ``127.0.0.1``).
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = free_port(host)
+        self.secrets: dict[str, str] = {}
+        self.deliveries: list[Delivery] = []
+        self.arrivals: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
+        self.counts = ReceiverCounts()
+        self._keys: set[str] = set()
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def url(self, hook: str) -> str:
+        """The URL of webhook path ``hook`` (give it to ``POST /webhooks``)."""
+        return f"http://{self.host}:{self.port}/hook/{hook}"
+
+    def add_secret(self, hook: str, secret: str) -> None:
+        """The signing secret of path ``hook`` (before the first delivery to it)."""
+        with self._lock:
+            self.secrets[hook] = secret
+
+    def accepted(self) -> int:
+        with self._lock:
+            return len(self.deliveries)
+
+    # ------------------------------------------------------------------ the ASGI app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] != "http":
+            return
+        chunks: list[bytes] = []
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        at_s = time.time()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        status = self._take(scope["path"], b"".join(chunks), headers, at_s)
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok" if status == 200 else b"refused"})
+
+    def _take(self, path: str, body: bytes, headers: dict[str, str], at_s: float) -> int:
+        hook = path.removeprefix("/hook/")
+        with self._lock:
+            self.counts.received += 1
+            secret = self.secrets.get(hook) if path.startswith("/hook/") else None
+        reason = None
+        if secret is None:
+            reason = "unknown path"
+        elif not verify_signature(secret, body, headers.get("x-lace-signature", ""), now_s=at_s):
+            reason = "bad signature"
+        doc: Any = None
+        if reason is None:
+            try:
+                doc = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                reason = "not JSON"
+        with self._lock:
+            if reason is not None:
+                self.counts.refused += 1
+                self.counts.reasons[reason] = self.counts.reasons.get(reason, 0) + 1
+                return 401
+            key = headers.get("idempotency-key", "")
+            if key and key in self._keys:
+                self.counts.redelivered += 1
+                return 200
+            self._keys.add(key)
+            self.counts.verified += 1
+            d = Delivery(hook, doc, at_s)
+            self.deliveries.append(d)
+        self.arrivals.put(d)
+        return 200
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Serve on a daemon thread; return once it listens.
+
+        Raises
+        ------
+        RuntimeError
+            When the server did not start within ``timeout_s``.
+        """
+        import uvicorn
+
+        config = uvicorn.Config(self, host=self.host, port=self.port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="lace-demo-receiver", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the webhook receiver did not start on {self.host}:{self.port}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = None
