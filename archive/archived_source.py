@@ -220,13 +220,16 @@ class LazyArchiveSource:
         The archive root (one Delta table per event type).
     buffer : archive.buffer.RecentBuffer, optional
         The writer's recent buffer, so requests see events not yet committed to Delta.
+    spark_master : str, optional
+        The Spark master of the process's session (default ``LACE_SPARK_MASTER``, else ``local[*]``).
     """
 
-    def __init__(self, root: Any, buffer: Any = None) -> None:
+    def __init__(self, root: Any, buffer: Any = None, *, spark_master: str | None = None) -> None:
         import threading
 
         self.root = root
         self.buffer = buffer
+        self.spark_master = spark_master
         self._lock = threading.Lock()
         self._source: SparkArchiveSource | None = None
 
@@ -234,10 +237,17 @@ class LazyArchiveSource:
         """The underlying source (starts Spark the first time)."""
         with self._lock:
             if self._source is None:
+                from dataclasses import replace
+
                 from archive.extractor import Extractor
                 from archive.reader import ArchiveReader
+                from archive.spark import SparkSettings, get_spark
 
-                self._source = SparkArchiveSource(Extractor(ArchiveReader(self.root), buffer=self.buffer))
+                settings = SparkSettings.from_env()
+                if self.spark_master is not None:
+                    settings = replace(settings, master=self.spark_master)
+                reader = ArchiveReader(self.root, spark=get_spark(settings))
+                self._source = SparkArchiveSource(Extractor(reader, buffer=self.buffer))
             return self._source
 
     @property

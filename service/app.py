@@ -99,7 +99,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     if archive is not None:
         from archive.archived_source import LazyArchiveSource
 
-        source = LazyArchiveSource(settings.archive_root, archive.buffer)
+        source = LazyArchiveSource(settings.archive_root, archive.buffer, spark_master=settings.spark_master)
     runtime = LiveRuntime(
         sessions=sessions,
         metrics=metrics,
