@@ -47,6 +47,8 @@ class EventTypeRow(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     attributes: Mapped[dict[str, str]] = mapped_column(JSON)
     partition_key: Mapped[str | None] = mapped_column(String(64))
+    defaults: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    """Optional attributes -> the value an event that lacks one gets (None: it stays missing)."""
     allowed_lateness_us: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
     updated_at_us: Mapped[int] = mapped_column(BigInteger)

@@ -168,12 +168,16 @@ class TypeSpec:
         The attribute archive requests select by.
     lateness_us : int
         Allowed lateness, microseconds.
+    defaults : dict[str, Any]
+        Optional attributes -> the value an event without one (or with ``null``) gets; a ``None``
+        default leaves it missing. Attributes not listed are required.
     """
 
     name: str
     attributes: dict[str, str]
     partition_key: str | None
     lateness_us: int
+    defaults: dict[str, Any] = field(default_factory=dict)
     checks: list[tuple[str, Callable[[Any], Any]]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -220,15 +224,23 @@ def validate_event(raw: Any, types: Mapping[str, TypeSpec]) -> tuple[TypeSpec, i
             extra = sorted(k for k in raw if k not in HEADER_KEYS)
             raise EventInvalid(extra[0], "unknown field next to 'attrs' (put attributes inside 'attrs')")
     out: dict[str, Any] = {}
+    known = 0
+    defaults = spec.defaults
     for attr, check in spec.checks:
         v = attrs.get(attr, _MISSING)
+        if (v is _MISSING or v is None) and attr in defaults:
+            known += v is not _MISSING
+            if defaults[attr] is not None:
+                out[attr] = defaults[attr]
+            continue
         if v is _MISSING:
             raise EventInvalid(prefix + attr, f"is required by type {spec.name}")
+        known += 1
         try:
             out[attr] = check(v)
         except ValueError as e:
             raise EventInvalid(prefix + attr, f"{e} ({spec.name}.{attr} is {spec.attributes[attr]})") from None
-    if n_other != len(out):
+    if n_other != known:
         extra = sorted(k for k in attrs if k not in out and (prefix or k not in HEADER_KEYS))
         raise EventInvalid(prefix + extra[0], f"unknown attribute of type {spec.name}")
     return spec, eid, ts, out

@@ -1,7 +1,7 @@
 """API models of event types, queries and API keys."""
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -10,6 +10,8 @@ from service.core.security import Scope
 from service.schemas.common import Id, Name
 
 AttrType = Literal["string", "int", "float", "bool", "timestamp"]
+AttrValue = str | int | float | bool | None
+"""A default value: checked against the attribute's type when the event type is registered or changed."""
 MAX_LATENESS_MS = 30 * 86_400_000
 QueryName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=128)]
 QueryText = Annotated[str, StringConstraints(min_length=1, max_length=65_536, pattern=r"^[^\x00]*$")]
@@ -29,6 +31,11 @@ class EventTypeCreate(_In):
     attributes: Annotated[dict[Name, AttrType], Field(max_length=512)] = {}
     partition_key: Name | None = None
     allowed_lateness_ms: Annotated[int, Field(ge=0, le=MAX_LATENESS_MS)] = 0
+    defaults: Annotated[dict[Name, AttrValue], Field(max_length=512)] = Field(
+        {},
+        description="Optional attributes and the value an event without one (or with null) gets; null: it stays "
+        "missing. Attributes not listed are required.",
+    )
 
     model_config = ConfigDict(
         extra="forbid",
@@ -46,9 +53,17 @@ class EventTypeCreate(_In):
 
 
 class EventTypeUpdate(_In):
-    """New attributes to add (existing ones keep their type) and/or a new allowed lateness."""
+    """Schema evolution: attributes to add (optional: producers need not send them), defaults to set (a
+    required attribute may become optional, not the reverse), attributes to remove (none a query uses), a
+    new allowed lateness (a smaller one at any time; a larger one with no active query using the type)."""
 
     attributes: Annotated[dict[Name, AttrType], Field(max_length=512)] | None = None
+    defaults: Annotated[dict[Name, AttrValue], Field(max_length=512)] | None = Field(
+        None, description="Defaults of added or existing attributes (null: missing when absent)."
+    )
+    remove: Annotated[list[Name], Field(max_length=512)] | None = Field(
+        None, description="Attributes to drop from the schema (the archive keeps their past values)."
+    )
     allowed_lateness_ms: Annotated[int, Field(ge=0, le=MAX_LATENESS_MS)] | None = None
 
 
@@ -56,6 +71,7 @@ class EventTypePublic(BaseModel):
     name: str
     attributes: dict[str, str]
     partition_key: str | None
+    defaults: dict[str, Any] = Field({}, description="Optional attributes -> default (null: missing)")
     allowed_lateness_ms: float
     created_at: str
     updated_at: str

@@ -1,5 +1,6 @@
 """Issue 13, failures 1, 2 and 7, each reproduced over real HTTP (SQLite and PostgreSQL): one event must not
 brick the service, unrelated streams keep their own event time, and a producer's retry is not taken twice."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -94,3 +95,38 @@ def test_year_one_as_the_first_event_is_archived_and_the_service_restarts(fresh_
     finally:
         svc.stop()
     assert not list((tmp_path / "data" / "archive").glob("_quarantine/*"))
+
+
+def test_an_added_attribute_is_optional_so_producers_keep_posting(service: Service, t0: int) -> None:
+    """6: PATCH adding `vwap` made it required at once; no optional attributes, no defaults, no removal."""
+    with service.client() as c:
+        t = make_type(c)
+        assert c.post("/events", json=[ev(t, t0)]).json()["accepted"] == 1
+        r = c.patch(
+            f"/event-types/{t}",
+            json={"attributes": {"vwap": "float", "venue": "string"}, "defaults": {"venue": "XNYS"}},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["defaults"] == {"vwap": None, "venue": "XNYS"}
+        # the old producer goes on without the new attributes; a new one sends them (or null)
+        old = c.post("/events", json=[ev(t, t0 + 1)])
+        assert old.status_code == 200 and old.json()["accepted"] == 1, old.text
+        new = c.post(
+            "/events", json=[{"type": t, "ts": t0 + 2, "attrs": {"key": "A", "close": 1.0, "vwap": 2.5, "venue": None}}]
+        )
+        assert new.status_code == 200 and new.json()["accepted"] == 1, new.text
+        bad = c.post("/events", json=[{"type": t, "ts": t0 + 3, "attrs": {"key": "A", "close": 1.0, "vwap": "x"}}])
+        assert bad.status_code == 422 and bad.json()["rejections"][0]["field"] == "events[0].attrs.vwap"
+        # a default must fit the type
+        assert c.patch(f"/event-types/{t}", json={"defaults": {"vwap": "high"}}).status_code == 422
+        # a query reading vwap blocks its removal; venue is free to go
+        q = c.post("/queries", json={"text": f"NAME {unique('v')} PATTERN SEQ({t} a) WHERE a.vwap > 1"})
+        assert q.status_code == 201, q.text
+        blocked = c.patch(f"/event-types/{t}", json={"remove": ["vwap"]})
+        assert blocked.status_code == 409 and q.json()["name"] in blocked.text
+        gone = c.patch(f"/event-types/{t}", json={"remove": ["venue"]})
+        assert gone.status_code == 200 and "venue" not in gone.json()["attributes"], gone.text
+        assert c.post("/events", json=[ev(t, t0 + 4)]).json()["accepted"] == 1
+        # a smaller lateness is safe with the query active; a larger one is not
+        assert c.patch(f"/event-types/{t}", json={"allowed_lateness_ms": 0}).status_code == 200
+        assert c.patch(f"/event-types/{t}", json={"allowed_lateness_ms": 5_000}).status_code == 409

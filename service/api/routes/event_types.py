@@ -1,6 +1,8 @@
 """Event types: ``/event-types`` (create, list, get, add attributes or change lateness, delete)."""
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Response
 from sqlalchemy import select
 
@@ -9,7 +11,7 @@ from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
 from service.core.errors import ApiError
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
-from service.live.events import TypeSpec
+from service.live.events import CHECKERS, TypeSpec
 from service.schemas.common import ERRORS, Name, iso
 from service.schemas.resources import EventTypeCreate, EventTypePublic, EventTypeUpdate
 
@@ -21,6 +23,7 @@ def public(row: EventTypeRow) -> EventTypePublic:
         name=row.name,
         attributes=dict(row.attributes),
         partition_key=row.partition_key,
+        defaults=dict(row.defaults or {}),
         allowed_lateness_ms=row.allowed_lateness_us / 1_000,
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
@@ -28,7 +31,36 @@ def public(row: EventTypeRow) -> EventTypePublic:
 
 
 def spec_of(row: EventTypeRow) -> TypeSpec:
-    return TypeSpec(row.name, dict(row.attributes), row.partition_key, row.allowed_lateness_us)
+    defaults = dict(row.defaults or {})
+    return TypeSpec(row.name, dict(row.attributes), row.partition_key, row.allowed_lateness_us, defaults)
+
+
+def _check_defaults(defaults: dict[str, Any], attributes: dict[str, str], where: str) -> dict[str, Any]:
+    """Each default names an attribute and fits its type (timestamps become int us); 422 otherwise."""
+    out: dict[str, Any] = {}
+    for attr, value in defaults.items():
+        if attr not in attributes:
+            raise ApiError(422, f"{attr!r} is not an attribute of the type", f"{where}.{attr}")
+        if value is None:
+            out[attr] = None
+            continue
+        try:
+            out[attr] = CHECKERS[attributes[attr]](value)
+        except ValueError as e:
+            raise ApiError(422, f"{e} (the attribute is {attributes[attr]})", f"{where}.{attr}") from None
+    return out
+
+
+def _used_attributes(session: SessionDep, name: str) -> dict[str, list[str]]:
+    """Attribute -> the queries (any state) reading type ``name`` whose text names it (a conservative test)."""
+    import re
+
+    out: dict[str, list[str]] = {}
+    for qname, text, types in session.execute(select(QueryRow.name, QueryRow.text, QueryRow.types)).all():
+        if name in types:
+            for word in set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", text)):
+                out.setdefault(word, []).append(qname)
+    return out
 
 
 def _archive_type(name: str, attributes: dict[str, str], key: str | None) -> EventType:
@@ -65,11 +97,15 @@ def create_event_type(body: EventTypeCreate, session: SessionDep, runtime: Runti
                 raise ApiError(
                     409, f"the archive holds an incompatible type {body.name!r}: {e}", "body.attributes"
                 ) from None
+        defaults = _check_defaults(dict(body.defaults), dict(body.attributes), "body.defaults")
+        if body.partition_key is not None and body.partition_key in defaults:
+            raise ApiError(422, "the partition key cannot be optional", f"body.defaults.{body.partition_key}")
         t = now_us()
         row = EventTypeRow(
             name=body.name,
             attributes=dict(body.attributes),
             partition_key=body.partition_key,
+            defaults=defaults,
             allowed_lateness_us=body.allowed_lateness_ms * 1_000,
             created_at_us=t,
             updated_at_us=t,
@@ -90,33 +126,52 @@ def get_event_type(name: Name, session: SessionDep, _: ReadKey) -> EventTypePubl
     return public(_get(session, name))
 
 
-@router.patch("/{name}", summary="Add attributes or change the allowed lateness")
+@router.patch("/{name}", summary="Evolve a type: add, make optional or remove attributes; change the lateness")
 def update_event_type(
     name: Name, body: EventTypeUpdate, session: SessionDep, runtime: RuntimeDep, _: AdminKey
 ) -> EventTypePublic:
     with runtime.lock:
         row = _get(session, name)
         merged = dict(row.attributes)
+        defaults = dict(row.defaults or {})
         for attr, kind in (body.attributes or {}).items():
             if attr in merged and merged[attr] != kind:
                 raise ApiError(
                     409, f"attribute {attr!r} is {merged[attr]}; it cannot become {kind}", f"body.attributes.{attr}"
                 )
+            if attr not in merged:
+                defaults[attr] = None  # added attributes are optional: producers that do not send it keep working
             merged[attr] = kind
+        for attr in body.remove or []:
+            if attr not in merged:
+                raise ApiError(422, f"{attr!r} is not an attribute of {name}", "body.remove")
+            if attr == row.partition_key:
+                raise ApiError(409, f"{attr!r} is the partition key; it cannot be removed", "body.remove")
+            users = _used_attributes(session, name).get(attr)
+            if users:
+                raise ApiError(409, f"queries use {name}.{attr}: {', '.join(sorted(users))}", "body.remove")
+            del merged[attr]
+            defaults.pop(attr, None)
+        defaults.update(_check_defaults(dict(body.defaults or {}), merged, "body.defaults"))
+        if row.partition_key is not None and row.partition_key in defaults:
+            raise ApiError(422, "the partition key cannot be optional", f"body.defaults.{row.partition_key}")
         etype = _archive_type(name, merged, row.partition_key)
         lateness_us = row.allowed_lateness_us if body.allowed_lateness_ms is None else body.allowed_lateness_ms * 1_000
-        if lateness_us != row.allowed_lateness_us:
+        if lateness_us > row.allowed_lateness_us:  # a smaller lateness is always safe: queries get fewer events
             users = _users(session, name, active_only=True)
             if users:
                 raise ApiError(
-                    409, f"pause the queries using {name} first ({', '.join(users)})", "body.allowed_lateness_ms"
+                    409,
+                    f"a larger lateness needs the queries using {name} paused first ({', '.join(users)})",
+                    "body.allowed_lateness_ms",
                 )
-        if runtime.archive is not None and merged != row.attributes:
+        if runtime.archive is not None and set(merged) - set(row.attributes):
             try:
-                runtime.archive.register(etype)
+                runtime.archive.register(etype)  # the archive keeps removed attributes' columns (past values)
             except SchemaError as e:
                 raise ApiError(409, str(e), "body.attributes") from None
         row.attributes = merged
+        row.defaults = defaults
         row.allowed_lateness_us = lateness_us
         row.updated_at_us = now_us()
         session.commit()
