@@ -130,3 +130,24 @@ def test_an_added_attribute_is_optional_so_producers_keep_posting(service: Servi
         # a smaller lateness is safe with the query active; a larger one is not
         assert c.patch(f"/event-types/{t}", json={"allowed_lateness_ms": 0}).status_code == 200
         assert c.patch(f"/event-types/{t}", json={"allowed_lateness_ms": 5_000}).status_code == 409
+
+
+def test_query_cost_is_bounded_at_registration(service: Service) -> None:
+    """5: a SEQ of 10,000 components was accepted (454k partial matches, 1.8 GB); `WITHIN 1e30 days` answered
+    500 (OverflowError into SQLite); `WITHIN 100000000 days` was accepted (every restart replays everything)."""
+    with service.client() as c:
+        t = make_type(c)
+        comps = ", ".join(f"{t} v{i}" for i in range(3_500))  # as many as the 64 KiB text limit allows
+        big = c.post("/queries", json={"text": f"NAME {unique('big')} PATTERN SEQ({comps})"})
+        assert big.status_code == 422, big.text[:300]
+        [err] = big.json()["detail"]
+        assert "3500 pattern components; at most 64" in err["reason"] and err["line"] == 1, err
+        for within, at_number in (("1e30 days", True), ("100000000 days", True), ("1000 days", False)):
+            text = f"NAME {unique('w')} PATTERN SEQ({t} a) WITHIN {within}"
+            column = text.index(within) + 1 if at_number else 1  # the number; over the limit: the query
+            r = c.post("/queries", json={"text": text})
+            assert r.status_code == 422, (within, r.text)
+            [err] = r.json()["detail"]
+            assert err["field"] == "body.text" and err["line"] == 1 and err["column"] == column, err
+        ok = c.post("/queries", json={"text": f"NAME {unique('ok')} PATTERN SEQ({t} a, {t} b) WITHIN 30 days"})
+        assert ok.status_code == 201, ok.text
