@@ -105,3 +105,25 @@ def keys_list() -> None:
                 typer.echo(f"{row.id}\t{row.prefix}...\t{','.join(row.scopes)}\t{row.name}\t{state}")
     finally:
         engine.dispose()
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[int, typer.Argument(help="The key's id (see `lace keys list`).", min=1)]) -> None:
+    """Revoke an API key: requests with it get 401 from now on (the row stays, marked revoked)."""
+    from service.db.models import ApiKeyRow
+    from service.db.session import make_engine, make_session_factory, now_us
+
+    settings = _settings()
+    _upgrade(settings.sqlalchemy_url)
+    engine = make_engine(settings.sqlalchemy_url)
+    try:
+        with make_session_factory(engine)() as session:
+            row = session.get(ApiKeyRow, key_id)
+            if row is None:
+                fail(f"no API key with id {key_id} (see `lace keys list`)")
+            if row.revoked_at_us is None:
+                row.revoked_at_us = now_us()
+                session.commit()
+            typer.echo(f"key {key_id} ({row.prefix}...) revoked")
+    finally:
+        engine.dispose()

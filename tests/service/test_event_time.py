@@ -151,3 +151,28 @@ def test_query_cost_is_bounded_at_registration(service: Service) -> None:
             assert err["field"] == "body.text" and err["line"] == 1 and err["column"] == column, err
         ok = c.post("/queries", json={"text": f"NAME {unique('ok')} PATTERN SEQ({t} a, {t} b) WITHIN 30 days"})
         assert ok.status_code == 201, ok.text
+
+
+def test_lace_keys_list_and_revoke(fresh_db: Database, tmp_path: Path) -> None:
+    """CLI: `lace keys list` shows the keys; `lace keys revoke ID` revokes one (401 from then on)."""
+    svc = make_service(fresh_db, tmp_path / "data")
+    extra = svc.cli("keys", "create", "--scope", "read", "--name", "temp")
+    assert extra.returncode == 0, extra.stderr
+    token = extra.stdout.strip().splitlines()[-1]
+    listed = svc.cli("keys", "list")
+    assert listed.returncode == 0 and "temp" in listed.stdout
+    key_id = next(
+        line.split("\t")[0] for line in listed.stdout.splitlines() if line.endswith("\tactive") and "\ttemp\t" in line
+    )
+    svc.start()
+    try:
+        with svc.client(token) as c:
+            assert c.get("/queries").status_code == 200
+        out = svc.cli("keys", "revoke", key_id)
+        assert out.returncode == 0 and "revoked" in out.stdout, out.stderr
+        with svc.client(token) as c:
+            assert c.get("/queries").status_code == 401
+        missing = svc.cli("keys", "revoke", "999999")
+        assert missing.returncode == 2 and "no API key" in missing.stderr and "Traceback" not in missing.stderr
+    finally:
+        svc.stop()
