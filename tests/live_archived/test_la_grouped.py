@@ -6,6 +6,7 @@ algorithm, on random small streams and on the demo data, and through ``lace repl
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cli.demo import load_queries, load_stream, split_stream
+from engine.events import Event
 from engine.live_archived import ALGORITHMS, LiveArchivedPlan, compile_live_archived, make_runner, replay, run_memory
 from engine.live_archived.source import MemoryArchive
 from engine.lql.errors import QueryError
@@ -42,8 +44,12 @@ def runs(algorithm: str, tolerance_s: int, max_batch: int, window_s: int) -> lis
         return [{"tolerance_us": tolerance_s * SECOND, "max_batch": max_batch}]
     if algorithm == "alaa":
         return [{"window_us": window_s * SECOND}]
-    if algorithm == "ollaa":
-        return [{"mode": "archive", "tolerance_us": tolerance_s * SECOND // 2, "sample_rate": 0.0}, {"mode": "live"}]
+    if algorithm == "ollaa":  # both fixed modes, and a switch at every decision
+        flip = itertools.cycle(["archive", "live"])
+        switching = {"tolerance_us": tolerance_s * SECOND, "decide_every_us": window_s * SECOND, "min_sample": 0,
+                     "sample_rate": 0.0, "chooser": lambda sel_live, sel_archived: next(flip)}
+        return [{"mode": "archive", "tolerance_us": tolerance_s * SECOND // 2, "sample_rate": 0.0}, {"mode": "live"},
+                switching]
     return [{}]
 
 
@@ -57,9 +63,10 @@ def test_grouped_form_equals_the_pairwise_form_grouped_by_live_instance(case, da
     assert grouped.grouped and not pairwise.grouped
     live_vars = pairwise.live.variables
     for algorithm in ALGORITHMS:
-        for options in runs(algorithm, tolerance_s, max_batch, window_s):
+        args = (algorithm, tolerance_s, max_batch, window_s)
+        for options, same in zip(runs(*args), runs(*args)):  # fresh options (OLLAA's chooser) for each run
             pairs, _ = run_memory(pairwise, algorithm, case.events, **options)
-            results, runner = run_memory(grouped, algorithm, case.events, **options)
+            results, runner = run_memory(grouped, algorithm, case.events, **same)
             want = group_pairs(pairs, live_vars, items)
             assert as_groups(results, live_vars) == want, (algorithm, options)
             assert runner.counters.results == len(results) == len(want)
@@ -69,8 +76,8 @@ def test_grouped_form_equals_the_pairwise_form_grouped_by_live_instance(case, da
 def test_a_single_archived_variable_counts_its_joined_instances():
     q = """NAME back LIVE PATTERN Pass p WHERE p.at = 'B'
            ARCHIVED PATTERN Pass q WHERE q.at = 'A' PARTITION BY car LOOKBACK 30 min
-           JOIN p.car = q.car RETURN p.car AS car, count(q) AS visits, min(q.ts) AS first_seen, last(q.ts) AS last_seen"""
-    from engine.events import Event
+           JOIN p.car = q.car
+           RETURN p.car AS car, count(q) AS visits, min(q.ts) AS first_seen, last(q.ts) AS last_seen"""
 
     m = 60 * SECOND
     events = [
@@ -108,7 +115,11 @@ def test_grouped_return_refuses_plain_archived_references(ret, column, reason):
 # ---------------------------------------------------------------------------------------------- demo data
 
 DEMO_OPTIONS = {"alaa": {}, "llaa": {}, "ollaa": {"tolerance_us": HOUR}, "sllaa": {"tolerance_us": 4 * HOUR}}
-DEMO_ITEMS = [("count", "c", None, "congested_before"), ("min", "c", "ts", "first_seen"), ("max", "c", "ts", "last_seen")]
+DEMO_ITEMS = [
+    ("count", "c", None, "congested_before"),
+    ("min", "c", "ts", "first_seen"),
+    ("max", "c", "ts", "last_seen"),
+]
 
 
 def demo_replay(plan: LiveArchivedPlan, algorithm: str, archived, live) -> list:
