@@ -24,8 +24,12 @@ LOOKBACK`` and ``J.end < to``. The join runs in Spark: an equi-join on the archi
 equates one (:attr:`engine.live_archived.plan.LiveArchivedPlan.key`), with the access-range
 condition ``I.start - LOOKBACK <= J.start``, ``J.end < I.start`` (and the trailing-negation deadline)
 as join conditions; ``mapInArrow`` then checks the whole JOIN on each candidate pair with
-:meth:`LiveArchivedPlan.joins` and builds the result with :meth:`LiveArchivedPlan.result`. The
-results are those of ``lace replay`` over the same events whose live instance starts in the range.
+:meth:`LiveArchivedPlan.joins` and builds the result with :meth:`LiveArchivedPlan.result`. In the
+grouped RETURN form (:attr:`LiveArchivedPlan.grouped`: RETURN aggregates an archived variable) the
+candidate pairs are grouped by live instance instead (``groupBy`` its wire form, which holds its
+events and ids) and ``applyInArrow`` checks the JOIN and builds the one result of each live instance
+that joins something with :meth:`LiveArchivedPlan.group`. The results are those of ``lace replay``
+over the same events whose live instance starts in the range.
 
 Matches are appended with delta-rs to the results table ``<root>/_backfills/results`` (query,
 backfill id, match, start, end) and returned. Progress (percent of the job group's tasks done,
@@ -293,6 +297,37 @@ def _join_fn(query_text: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[p
     return run
 
 
+def _group_fn(query_text: str) -> Callable[[pa.Table], pa.Table]:
+    """``groupBy(live payload).applyInArrow`` for the grouped RETURN form: one live instance's candidate
+    pairs -> its one result (:meth:`LiveArchivedPlan.group`), or no row when no candidate joins."""
+
+    def run(table: pa.Table) -> pa.Table:
+        from engine.io import match_from_wire, match_line
+
+        plan = _plan(query_text)
+        names, lines, starts, ends = [], [], [], []
+        lives = table.column("lp")
+        if table.num_rows:
+            inst = match_from_wire(lives[0].as_py())
+            joined = [j for j in map(match_from_wire, table.column("ap").to_pylist()) if plan.joins(inst, j)]
+            if joined:
+                r = plan.group(inst, joined)
+                names.append(r.query)
+                lines.append(match_line(r))
+                starts.append(r.start)
+                ends.append(r.end)
+        return pa.table(
+            {
+                "query": pa.array(names, pa.string()),
+                "match": pa.array(lines, pa.string()),
+                "start": pa.array(starts, pa.int64()),
+                "end": pa.array(ends, pa.int64()),
+            }
+        )
+
+    return run
+
+
 def _progress(spark: SparkSession, job_group: str, events: int) -> Progress:
     tracker = spark.sparkContext.statusTracker()
     done = total = 0
@@ -405,6 +440,8 @@ def _live_archived_results(job: _Job, plan: LiveArchivedPlan, from_us: int, to_u
     if plan.key is not None:
         cond = (F.col("lk") == F.col("ak")) & cond
     pairs = L.join(A, cond, "inner").select("lp", "ap")
+    if plan.grouped:  # one result per live instance: its candidate pairs grouped by its identity (wire form)
+        return pairs.groupBy("lp").applyInArrow(_group_fn(job.query_text), schema=_OUT_SCHEMA)
     return pairs.mapInArrow(_join_fn(job.query_text), schema=_OUT_SCHEMA)
 
 

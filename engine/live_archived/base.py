@@ -285,6 +285,10 @@ class Runner:
     def join(self, inst: LiveInstance, candidates: Iterable[Match], out: list[Match]) -> None:
         """Join ``inst`` with the archived ``candidates`` that lie in its access range; append the results.
 
+        Every algorithm calls this exactly once per completed live instance, with every archived
+        instance that may join it, so the grouped form (:attr:`LiveArchivedPlan.grouped`) is built
+        here: one result (:meth:`LiveArchivedPlan.group`) when at least one candidate joins, else
+        none; the pairwise form appends one result per joined pair. One delay sample per result.
         With a key plan, ``candidates`` must all have ``inst``'s key (requested or kept by key).
         """
         plan = self.plan
@@ -292,15 +296,26 @@ class Runner:
         qualifies, joins = plan.qualifies, plan.joins
         keyed = plan.key is not None  # every algorithm takes an instance's candidates from its key
         tried = 0
+        joined: list[Match] = []
         for j in candidates:
             if not qualifies(start, j):
                 continue
             tried += 1
             if joins(inst.match, j, same_key=keyed):
-                out.append(plan.result(inst.match, j))
-                self.counters.delay_event_us.append(self.watermark - inst.completed_ts)
-                self.counters.delay_wall_s.append(self.clock() - inst.completed_wall)
+                joined.append(j)
         self.counters.join_pairs_tried += tried
+        if not joined:
+            return
+        if plan.grouped:
+            out.append(plan.group(inst.match, joined))
+            emitted = 1
+        else:
+            out.extend(plan.result(inst.match, j) for j in joined)
+            emitted = len(joined)
+        delay_event = self.watermark - inst.completed_ts
+        delay_wall = self.clock() - inst.completed_wall
+        self.counters.delay_event_us.extend([delay_event] * emitted)
+        self.counters.delay_wall_s.extend([delay_wall] * emitted)
         self.counters.results = len(self.counters.delay_event_us)
 
     def access(self, inst: LiveInstance) -> Range:

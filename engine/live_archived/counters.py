@@ -54,7 +54,8 @@ class RunCounters:
     join_pairs_tried : int
         (live, archived) pairs whose JOIN was evaluated.
     results : int
-        Joined pairs emitted.
+        Results emitted: joined pairs, or live instances in the grouped form (one per live instance
+        that joins something, :attr:`engine.live_archived.plan.LiveArchivedPlan.grouped`).
     wall_s : float
         Wall time from the first event to the end of :meth:`flush`, seconds.
     """

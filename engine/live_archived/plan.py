@@ -15,8 +15,20 @@ Semantics (001 section 4; docs/semantics.md section 6):
 - JOIN is read like WHERE: its top-level AND conjuncts, a conjunct that mentions a variable that
   ``I`` or ``J`` does not bind (an OR branch not taken, an empty Kleene star) is ignored, a
   conjunct with ``b[k]`` beyond ``b``'s length is false, and the null rules of WHERE apply.
-- One result per joined pair: a :class:`~engine.match.Match` whose ``events`` holds the variables
-  of both sides, ``start``/``end`` over both, ``fields`` the RETURN.
+- **Pairwise form** (RETURN aggregates no archived variable): one result per joined pair, a
+  :class:`~engine.match.Match` whose ``events`` holds the variables of both sides, ``start``/``end``
+  over both, ``fields`` the RETURN.
+- **Grouped form** (RETURN aggregates an archived variable, e.g. ``count(c)``, ``min(c.ts)``): one
+  result per live instance ``I`` that joins at least one archived instance (:attr:`grouped`,
+  :meth:`LiveArchivedPlan.group`). Its ``events`` holds ``I``'s variables and, for every archived
+  variable ``v``, the events bound to ``v`` in *any* joined archived instance, each event once (by
+  id), in ``(ts, id)`` order; ``start``/``end`` span ``I`` and every joined instance. An aggregate
+  over ``v`` runs over exactly those events: ``count(c)`` is the number of distinct events bound to
+  ``c`` (the number of joined instances when each binds its own ``c`` event, as with a one-event
+  archived pattern), ``first``/``last`` follow ``(ts, id)`` order, ``avg``/``sum``/``min``/``max``
+  skip nulls. A plain reference to an archived variable (``c.ts``, ``c[1].ts``) is refused by the
+  checks (SQL's GROUP BY rule); live variables are read as in the pairwise form. The result is
+  the same whatever order the joined instances come in.
 
 Archive keys: when a top-level JOIN conjunct ``live_expr = q.y`` equates a value of the live side
 with a PARTITION BY attribute ``y`` of the archived side (both variables bound by every plan, and
@@ -46,6 +58,7 @@ from engine.lql.ast import (
     Schema,
     expr_text,
 )
+from engine.lql.checks import grouping_aggregates
 from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.nfa.conditions import Fn, compile_bool, compile_value
@@ -213,6 +226,9 @@ class LiveArchivedPlan:
         See :func:`live_span_us`.
     variables : tuple[str, ...]
         Live variables then archived variables (keys of a result's ``events``).
+    grouped : bool
+        RETURN aggregates an archived variable: one result per live instance (:meth:`group`),
+        not one per joined pair (:meth:`result`). See the module docstring.
     """
 
     def __init__(self, query: LiveArchivedQuery, schemas: Schema | None = None, *, key_hint: str | None = None) -> None:
@@ -234,6 +250,7 @@ class LiveArchivedPlan:
             )
             self.join.append(JoinConjunct(compile_bool(part, resolve), frozenset(r.var for r in refs), needs, part))
         self.returns: list[tuple[str, Fn]] = [(item.alias, compile_value(item.expr, resolve)) for item in query.returns]
+        self.grouped = bool(grouping_aggregates(query.returns, frozenset(self.archived.variables)))
         has_trailing = any(p.trailing for p in self.archived.plans)
         self.archived_deadline_us = self.archived.window_us if has_trailing else None
         self.live_span_us = live_span_us(self.live)
@@ -323,10 +340,37 @@ class LiveArchivedPlan:
         return True
 
     def result(self, inst: Match, j: Match) -> Match:
-        """The complex event of a joined pair: both sides' variables, RETURN fields."""
+        """The complex event of a joined pair: both sides' variables, RETURN fields (the pairwise form)."""
         a, b = inst.events, j.events
         fields = {alias: fn(a, b, None) for alias, fn in self.returns}
         return Match(self.name, {**a, **b}, min(inst.start, j.start), max(inst.end, j.end), fields)
+
+    def group(self, inst: Match, joined: Sequence[Match]) -> Match:
+        """The complex event of live instance ``inst`` and every archived instance joined with it (grouped form).
+
+        See the module docstring: each archived variable's events over all of ``joined``, once each,
+        in ``(ts, id)`` order; ``start``/``end`` over ``inst`` and ``joined``; the RETURN's archived
+        aggregates over those events. The order of ``joined`` does not matter.
+
+        Raises
+        ------
+        ValueError
+            When ``joined`` is empty (a live instance that joins nothing has no result).
+        """
+        if not joined:
+            raise ValueError("a grouped result needs at least one joined archived instance")
+        merged: dict[str, dict[int, Event]] = {v: {} for v in self.archived.variables}
+        for j in joined:
+            for var, evs in j.events.items():
+                bucket = merged.setdefault(var, {})
+                for e in evs:
+                    bucket.setdefault(e.id, e)
+        b: Events = {var: tuple(sorted(evs.values(), key=Event.order_key)) for var, evs in merged.items()}
+        a = inst.events
+        fields = {alias: fn(a, b, None) for alias, fn in self.returns}
+        start = min(inst.start, min(j.start for j in joined))
+        end = max(inst.end, max(j.end for j in joined))
+        return Match(self.name, {**a, **b}, start, end, fields)
 
 
 def _named(side: PatternQuery, name: str | None) -> PatternQuery:

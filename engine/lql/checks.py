@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 from engine.lql import ast
 from engine.lql.errors import QueryError
 
-__all__ = ["PartitionRef", "VarInfo", "check_query", "conjuncts", "declared_vars", "infer_type"]
+__all__ = [
+    "PartitionRef",
+    "VarInfo",
+    "check_query",
+    "conjuncts",
+    "declared_vars",
+    "grouping_aggregates",
+    "infer_type",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +157,13 @@ def _walk_refs(
     top: bool,
     other: Mapping[str, VarInfo],
     side: str,
+    grouped: frozenset[str] = frozenset(),
 ) -> None:
-    """Check variables, indexes, aggregates and ``[attr]`` placement in one expression."""
+    """Check variables, indexes, aggregates and ``[attr]`` placement in one expression.
+
+    ``grouped``: variables an aggregate may take even when single (the archived variables of a
+    live-and-archived RETURN, aggregated over the joined archived instances).
+    """
     if isinstance(expr, ast.AttrRef):
         info = scope.get(expr.var)
         if info is None:
@@ -176,19 +189,21 @@ def _walk_refs(
         info = scope.get(expr.var)
         if info is None:
             raise _unknown(expr.var, expr.pos, other, side)
-        if info.kind != "kleene":
+        if info.kind == "neg":
+            raise QueryError.at(expr.pos, f"negated variable '{expr.var}' cannot be used in {clause}")
+        if info.kind != "kleene" and expr.var not in grouped:
             raise QueryError.at(expr.pos, f"{expr.func}() needs a Kleene variable; '{expr.var}' is not one")
     elif isinstance(expr, ast.Equivalence):
         if clause != "WHERE" or not top:
             raise QueryError.at(expr.pos, f"[{expr.attr}] is only allowed as a top-level AND condition of WHERE")
     elif isinstance(expr, ast.BoolOp):
         for operand in expr.operands:
-            _walk_refs(operand, scope, clause, top and expr.op == "and", other, side)
+            _walk_refs(operand, scope, clause, top and expr.op == "and", other, side, grouped)
     elif isinstance(expr, (ast.Not, ast.Neg)):
-        _walk_refs(expr.operand, scope, clause, False, other, side)
+        _walk_refs(expr.operand, scope, clause, False, other, side, grouped)
     elif isinstance(expr, (ast.BinOp, ast.Compare)):
-        _walk_refs(expr.left, scope, clause, False, other, side)
-        _walk_refs(expr.right, scope, clause, False, other, side)
+        _walk_refs(expr.left, scope, clause, False, other, side, grouped)
+        _walk_refs(expr.right, scope, clause, False, other, side, grouped)
 
 
 def _refs(expr: ast.Expr) -> Iterator[ast.AttrRef | ast.Aggregate]:
@@ -254,10 +269,15 @@ def _check_partitions(
         _check_attr_everywhere(ref.attr, ref.pos, query, schemas, "PARTITION BY")
 
 
-def _check_returns(returns: Sequence[ast.ReturnItem], scope: dict[str, VarInfo], schemas: ast.Schema | None) -> None:
+def _check_returns(
+    returns: Sequence[ast.ReturnItem],
+    scope: dict[str, VarInfo],
+    schemas: ast.Schema | None,
+    grouped: frozenset[str] = frozenset(),
+) -> None:
     aliases: set[str] = set()
     for item in returns:
-        _walk_refs(item.expr, scope, "RETURN", False, {}, "")
+        _walk_refs(item.expr, scope, "RETURN", False, {}, "", grouped)
         infer_type(item.expr, scope, schemas)
         if item.alias in aliases:
             raise QueryError.at(item.pos, f"duplicate RETURN name '{item.alias}'")
@@ -428,4 +448,31 @@ def check_query(
         if not (used & live_vars.keys() and used & archived_vars.keys()):
             raise QueryError.at(query.join.pos, "JOIN must relate the live and the archived pattern")
         require_condition(query.join, scope, schemas, "JOIN")
-    _check_returns(query.returns, scope, schemas)
+    _check_returns(query.returns, scope, schemas, frozenset(archived_vars))
+    _check_grouped_return(query.returns, frozenset(archived_vars))
+
+
+def grouping_aggregates(returns: Sequence[ast.ReturnItem], archived: frozenset[str]) -> list[ast.Aggregate]:
+    """The aggregates over archived variables in a live-and-archived RETURN (non-empty: grouped form).
+
+    A RETURN with such an aggregate gives one result per live instance, aggregated over the archived
+    instances joined with it (docs/semantics.md section 6, "One result per live instance").
+    """
+    return [r for item in returns for r in _refs(item.expr) if isinstance(r, ast.Aggregate) and r.var in archived]
+
+
+def _check_grouped_return(returns: Sequence[ast.ReturnItem], archived: frozenset[str]) -> None:
+    """SQL's GROUP BY rule: in the grouped form, an archived value must be aggregated."""
+    aggregates = grouping_aggregates(returns, archived)
+    if not aggregates:
+        return
+    first = ast.expr_text(aggregates[0])
+    for item in returns:
+        for ref in _refs(item.expr):
+            if isinstance(ref, ast.AttrRef) and ref.var in archived:
+                attr = ref.attr
+                raise QueryError.at(
+                    ref.pos,
+                    f"{ast.expr_text(ref)} must be aggregated, e.g. min({ref.var}.{attr}) or last({ref.var}.{attr}):"
+                    f" RETURN aggregates an archived variable ({first}), so it gives one result per live instance",
+                )

@@ -99,16 +99,39 @@ def test_a_kleene_index_beyond_the_length_makes_its_join_conjunct_false():
     assert [r.ids()["a"] for r in got] == [[1, 2]]
 
 
-def test_return_reads_both_sides_with_aggregates():
+def test_return_reads_both_sides_with_live_aggregates_one_result_per_pair():
     q = """NAME n LIVE PATTERN SEQ(B b, D+ d[]) WITHIN 10 s ARCHIVED PATTERN SEQ(A+ a[]) STRATEGY strict_contiguity
-           LOOKBACK 10 s RETURN count(d) AS nd, max(a.v) AS top, first(a.v) AS first_a, b.ts - a[1].ts AS gap"""
+           LOOKBACK 10 s RETURN count(d) AS nd, a[last].v AS last_a, a[1].v AS first_a, b.ts - a[1].ts AS gap"""
     events = [ev(1, "A", 1, v=3), ev(2, "A", 2, v=9), ev(3, "B", 4), ev(4, "D", 5), ev(5, "D", 6)]
-    got, _ = run_memory(compile_live_archived(q), "llaa", events)
-    fields = sorted((r.fields["nd"], r.fields["top"], r.fields["first_a"], r.fields["gap"]) for r in got)
+    plan = compile_live_archived(q)
+    assert not plan.grouped
+    got, _ = run_memory(plan, "llaa", events)
+    fields = sorted((r.fields["nd"], r.fields["last_a"], r.fields["first_a"], r.fields["gap"]) for r in got)
     # archived (strict): [1], [2], [1, 2]; live: d = [4], [5], [4, 5]
-    archived = ((3, 3, 3 * S), (9, 9, 2 * S), (9, 3, 3 * S))  # max(a.v), first(a.v), b.ts - a[1].ts
-    assert fields == sorted((nd, top, fa, gap) for nd in (1, 1, 2) for top, fa, gap in archived)
+    archived = ((3, 3, 3 * S), (9, 9, 2 * S), (9, 3, 3 * S))  # a[last].v, a[1].v, b.ts - a[1].ts
+    assert fields == sorted((nd, la, fa, gap) for nd in (1, 1, 2) for la, fa, gap in archived)
     assert all(r.query == "n" and set(r.events) == {"b", "d", "a"} for r in got)
+
+
+def test_an_archived_aggregate_gives_one_result_per_live_instance():
+    q = """NAME n LIVE PATTERN SEQ(B b, D+ d[]) WITHIN 10 s ARCHIVED PATTERN SEQ(A+ a[]) STRATEGY strict_contiguity
+           LOOKBACK 10 s RETURN count(d) AS nd, count(a) AS na, max(a.v) AS top, first(a.v) AS first_a,
+           min(a.ts) AS since, b.ts AS now"""
+    events = [ev(1, "A", 1, v=3), ev(2, "A", 2, v=9), ev(3, "B", 4), ev(4, "D", 5), ev(5, "D", 6)]
+    plan = compile_live_archived(q)
+    assert plan.grouped
+    got, runner = run_memory(plan, "llaa", events)
+    # three live instances (d = [4], [5], [4, 5]), each joined with the archived [1], [2], [1, 2]:
+    # the events of a over the three joined instances, each once: [1, 2]
+    assert sorted((r.fields["nd"], r.ids()["d"]) for r in got) == [(1, [4]), (1, [5]), (2, [4, 5])]
+    for r in got:
+        assert r.ids()["a"] == [1, 2] and r.ids()["b"] == [3] and r.start == 1 * S
+        assert r.end == max(e.ts for e in r.events["d"])
+        assert (r.fields["na"], r.fields["top"], r.fields["first_a"], r.fields["since"], r.fields["now"]) == (
+            2, 9, 3, 1 * S, 4 * S
+        )
+    assert runner.counters.results == 3 and runner.counters.join_pairs_tried == 9
+    assert len(runner.counters.delay_event_us) == 3
 
 
 @pytest.mark.parametrize(
