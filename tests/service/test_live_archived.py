@@ -182,7 +182,7 @@ def test_demo_live_and_archived_queries_over_rest_equal_replay(
                 budget_pairs.append((f"{other}_pm10", f"{other}_unlimited"))
             mine = [e for e in live if e.type == etype]
             started = time.monotonic()
-            post_all(c, mine)
+            post_all(c, mine, batch=250)  # small requests: the pm_capacity=10 copies spill on every event
             print(f"{stem}: ingest of {len(mine)} live events took {time.monotonic() - started:.2f} s")
         # a later event of each type closes every window and subwindow (keys that match nothing)
         end = max(e.ts for e in live) + 2 * DAY_US
