@@ -503,26 +503,19 @@ def run_backfill(
     BackfillError
         For a bad query or range, an unknown event type, a cancelled or failed job.
     """
-    from engine.lql.ast import LiveArchivedQuery
+    from engine.detector import compile as compile_statement
+    from engine.live_archived.plan import LiveArchivedPlan as Plan
     from engine.lql.errors import QueryError
-    from engine.lql.parser import parse
 
     t0 = time.perf_counter()
     if to_us <= from_us:
         raise BackfillError(f"empty range: --to ({to_us}) must be after --from ({from_us})")
     try:
-        ast = parse(query_text)
-        if isinstance(ast, LiveArchivedQuery):
-            from engine.live_archived.plan import compile_live_archived
-
-            plan: LiveArchivedPlan | None = compile_live_archived(ast)
-            compiled = None
-            name, wanted = plan.name, sorted(plan.stream_types)  # type: ignore[union-attr]
-        else:
-            from engine.compiler import compile_query
-
-            plan, compiled = None, compile_query(ast)
-            name, wanted = compiled.name, sorted(compiled.types)
+        statement = compile_statement(query_text)
+        # a live-and-archived query needs a second side and a join in Spark
+        plan: LiveArchivedPlan | None = statement if isinstance(statement, Plan) else None
+        compiled = None if isinstance(statement, Plan) else statement
+        name, wanted = statement.name, sorted(statement.stream_types)
     except QueryError as e:
         raise BackfillError(f"bad query: line {e.line}, column {e.column}: {e.reason}") from None
     backfill_id = backfill_id or uuid.uuid4().hex
