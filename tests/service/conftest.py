@@ -153,6 +153,8 @@ def make_service(db: Database, data_dir: Path, **settings: Any) -> Service:
         LACE_ACCESS_LOG="false",
         LACE_LOG_LEVEL="warning",
         LACE_WEBHOOK_MAX_ATTEMPTS="6",
+        LACE_WEBHOOK_ALLOW_LOOPBACK="true",  # the receivers listen on 127.0.0.1
+        LACE_WEBHOOK_BREAKER_FAILURES="20",  # a single failing delivery dead-letters before its circuit opens
         LACE_WEBHOOK_BACKOFF_BASE_S="0.1",
         LACE_WEBHOOK_BACKOFF_MAX_S="1.0",
         LACE_MAX_BODY_BYTES="1000000",
@@ -198,13 +200,19 @@ def fresh_db(database_kind: str, tmp_path: Path) -> Iterator[Database]:
 
 
 class Receiver:
-    """A webhook endpoint: records every request; answers ``status`` (settable), optionally after ``delay_s``."""
+    """A webhook endpoint: records every request; answers ``status`` (settable), optionally after ``delay_s``.
+
+    ``status_for(body) -> int | None`` overrides ``status`` per request; ``after_response(record)`` runs
+    once the answer was sent (in the receiver's thread).
+    """
 
     def __init__(self) -> None:
         self.port = free_port()
         self.received: list[dict[str, Any]] = []
         self.status = 200
         self.delay_s = 0.0
+        self.status_for: Callable[[bytes], int | None] | None = None
+        self.after_response: Callable[[dict[str, Any]], None] | None = None
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -229,11 +237,14 @@ class Receiver:
 
             await asyncio.sleep(self.delay_s)
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        status = self.status
+        status = (self.status_for(body) if self.status_for else None) or self.status
+        record = {"headers": headers, "body": body, "at": time.time(), "status": status}
         with self._lock:
-            self.received.append({"headers": headers, "body": body, "at": time.time(), "status": status})
+            self.received.append(record)
         await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"ok"})
+        if self.after_response is not None:
+            self.after_response(record)
 
     def start(self) -> None:
         config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
