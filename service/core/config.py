@@ -103,13 +103,30 @@ class Settings(BaseSettings):
     la_checkpoint_s: Annotated[float, Field(gt=0)] = 1.0
     """How often a live-and-archived query records how far back a restart must replay (wall seconds)."""
 
-    webhook_max_attempts: Annotated[int, Field(ge=1, le=100)] = 8
+    webhook_max_attempts: Annotated[int, Field(ge=1, le=1000)] = 60
+    """Attempts of one delivery (while its endpoint's circuit is closed) before it is dead-lettered."""
     webhook_backoff_base_s: Annotated[float, Field(gt=0)] = 1.0
-    webhook_backoff_max_s: Annotated[float, Field(gt=0)] = 600.0
+    webhook_backoff_max_s: Annotated[float, Field(gt=0)] = 3600.0
+    """Retry n waits ``min(max, base * 2^(n-1))`` seconds, jittered to ``[d/2, d]``: with the defaults
+    the 59 retries span 24.1 h at the least, 36 h on average (:meth:`retry_span_s`)."""
     webhook_timeout_s: Annotated[float, Field(gt=0)] = 10.0
     webhook_concurrency: Annotated[int, Field(ge=1)] = 32
     webhook_poll_s: Annotated[float, Field(gt=0)] = 1.0
     webhook_batch: Annotated[int, Field(ge=1)] = 200
+    webhook_breaker_failures: Annotated[int, Field(ge=0)] = 5
+    """Consecutive endpoint failures (no answer, 5xx, 408, 429) that open a webhook's circuit: its
+    deliveries are then held, not retried nor dead-lettered, and one is sent as a probe; 0: no breaker."""
+    webhook_breaker_probe_s: Annotated[float, Field(gt=0)] = 30.0
+    """First probe this long after the circuit opens; each failed probe doubles the wait (jittered)."""
+    webhook_breaker_probe_max_s: Annotated[float, Field(gt=0)] = 600.0
+    webhook_rotation_grace_s: Annotated[int, Field(ge=0, le=30 * 86_400)] = 86_400
+    """After a secret rotation, deliveries are signed with the old secret too for this long (default)."""
+    webhook_allow_loopback: bool = False
+    """Accept webhook URLs on loopback addresses (127.0.0.0/8, ::1, ``localhost``)."""
+    webhook_allow_private: bool = False
+    """Accept private, shared and unique-local addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)."""
+    webhook_allow_link_local: bool = False
+    """Accept link-local addresses (169.254/16 with the cloud metadata service, fe80::/10)."""
 
     @field_validator("secret_key", "bootstrap_admin_key")
     @classmethod
@@ -129,7 +146,22 @@ class Settings(BaseSettings):
     def _check_backoff(self) -> Settings:
         if self.webhook_backoff_max_s < self.webhook_backoff_base_s:
             raise ValueError("webhook_backoff_max_s must be >= webhook_backoff_base_s")
+        if self.webhook_breaker_probe_max_s < self.webhook_breaker_probe_s:
+            raise ValueError("webhook_breaker_probe_max_s must be >= webhook_breaker_probe_s")
         return self
+
+    def retry_span_s(self) -> tuple[float, float]:
+        """Shortest and longest time, seconds, from a delivery's first attempt to its last one
+        (all retries jittered low / high), not counting request time or a circuit's holding.
+
+        >>> Settings(_env_file=None, webhook_max_attempts=3, webhook_backoff_base_s=1).retry_span_s()
+        (1.5, 3.0)
+        """
+        total = sum(
+            min(self.webhook_backoff_max_s, self.webhook_backoff_base_s * 2 ** min(n - 1, 60))
+            for n in range(1, self.webhook_max_attempts)
+        )
+        return total / 2, total
 
     @cached_property
     def sqlalchemy_url(self) -> str:

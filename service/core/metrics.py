@@ -36,6 +36,13 @@ class Metrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=r,
         )
+        self.delivery_mark = Histogram(
+            "lace_delivery_mark_seconds",
+            "Receiver's answer -> its outcome committed (the window in which a crash resends a delivery), seconds",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+            registry=r,
+        )
+        self.circuits_opened = Counter("lace_webhook_circuits_opened", "Webhook circuits opened", registry=r)
         self.partial_matches = Gauge("lace_partial_matches", "Partial matches in memory (all live queries)", registry=r)
         self.partial_matches_spilled = Gauge(
             "lace_partial_matches_spilled", "Partial matches spilled to the store (all live queries)", registry=r

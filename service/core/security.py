@@ -7,6 +7,7 @@
   when the webhook is created.
 * A delivery carries ``X-Lace-Signature: t=<unix seconds>,v1=<hex>`` where ``hex`` is
   ``HMAC-SHA256(secret, "<t>." + body)`` (the timestamp binds the signature against replays).
+  During a secret rotation's grace period the header has one ``v1`` per secret, the new one first.
 
 Examples
 --------
@@ -25,6 +26,9 @@ import base64
 import hashlib
 import hmac
 import secrets
+import time
+import uuid
+from collections.abc import Sequence
 from typing import Literal
 
 Scope = Literal["admin", "ingest", "read"]
@@ -44,6 +48,23 @@ def hash_api_key(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def uuid7(now_ms: int | None = None) -> uuid.UUID:
+    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits; sorts by time.
+
+    >>> u = uuid7(1_700_000_000_000); (u.version, u.int >> 80)
+    (7, 1700000000000)
+    """
+    ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    rand = int.from_bytes(secrets.token_bytes(10), "big")
+    value = (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (rand >> 62 & 0xFFF) << 64 | 0b10 << 62 | rand & ((1 << 62) - 1)
+    return uuid.UUID(int=value)
+
+
+def new_idempotency_key() -> str:
+    """``lace-<UUIDv7>``: the key of one delivery, kept by its every retry and redelivery, never reused."""
+    return f"lace-{uuid7()}"
+
+
 def new_salt() -> str:
     return secrets.token_hex(16)
 
@@ -59,18 +80,21 @@ def sign(secret: str, body: bytes, timestamp_s: int) -> str:
     return hmac.new(secret.encode(), str(timestamp_s).encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
-def signature_header(secret: str, body: bytes, *, timestamp_s: int) -> str:
-    """The ``X-Lace-Signature`` value for ``body`` sent at ``timestamp_s`` (unix seconds)."""
-    return f"t={timestamp_s},v1={sign(secret, body, timestamp_s)}"
+def signature_header(secret: str, body: bytes, *, timestamp_s: int, also: Sequence[str] = ()) -> str:
+    """The ``X-Lace-Signature`` value for ``body`` sent at ``timestamp_s`` (unix seconds);
+    ``also``: older secrets still in their grace period, each adding a ``v1``."""
+    sigs = "".join(f",v1={sign(s, body, timestamp_s)}" for s in (secret, *also))
+    return f"t={timestamp_s}{sigs}"
 
 
 def verify_signature(secret: str, body: bytes, header: str, *, now_s: int, tolerance_s: int = 300) -> bool:
-    """Receiver side: the header is well formed, fresh (within ``tolerance_s`` seconds) and matches."""
-    parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
+    """Receiver side: the header is well formed, fresh (within ``tolerance_s`` seconds) and one ``v1`` matches."""
+    parts = [p.split("=", 1) for p in header.split(",") if "=" in p]
     try:
-        ts = int(parts["t"])
-    except (KeyError, ValueError):
+        ts = int(next(v for k, v in parts if k == "t"))
+    except (StopIteration, ValueError):
         return False
-    if abs(now_s - ts) > tolerance_s or "v1" not in parts:
+    if abs(now_s - ts) > tolerance_s:
         return False
-    return hmac.compare_digest(parts["v1"], sign(secret, body, ts))
+    mac = sign(secret, body, ts)
+    return any(k == "v1" and hmac.compare_digest(v, mac) for k, v in parts)

@@ -2,8 +2,8 @@
 
 Every time is an int64 of microseconds since the Unix epoch, UTC (``*_us``), so SQLite and
 PostgreSQL store and compare them alike. Deleting a query deletes its webhooks, alerts and
-deliveries (``ON DELETE CASCADE``). The partial-match store (DESIGN.md section 2) will add
-its own tables in a later migration.
+deliveries (``ON DELETE CASCADE``); deleting a webhook only marks it deleted (its log stays).
+The partial-match store (DESIGN.md section 2) will add its own tables in a later migration.
 """
 from __future__ import annotations
 
@@ -79,7 +79,14 @@ class QueryRow(Base):
 
 
 class WebhookRow(Base):
-    """A URL subscribed to one query's alerts; the signing secret is derived from ``salt``."""
+    """A URL subscribed to one query's alerts; the signing secret is derived from ``salt``.
+
+    ``active`` is false while paused (deliveries are recorded and held). ``previous_salt`` derives
+    the secret before the last rotation, also signed with until ``previous_salt_until_us``.
+    ``circuit`` is the endpoint's breaker: ``closed``, ``open`` (deliveries held, a probe due at
+    ``probe_at_us``) or ``probing`` (one delivery in flight); ``failures`` counts consecutive endpoint
+    failures. A deleted webhook keeps its row (``deleted_at_us``) so its delivery log stays.
+    """
 
     __tablename__ = "webhooks"
 
@@ -89,6 +96,13 @@ class WebhookRow(Base):
     salt: Mapped[str] = mapped_column(String(64))
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
+    previous_salt: Mapped[str | None] = mapped_column(String(64))
+    previous_salt_until_us: Mapped[int | None] = mapped_column(BigInteger)
+    circuit: Mapped[str] = mapped_column(String(16), default="closed", server_default="closed")
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    opened_at_us: Mapped[int | None] = mapped_column(BigInteger)
+    probe_at_us: Mapped[int | None] = mapped_column(BigInteger)
+    deleted_at_us: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class AlertRow(Base):
@@ -112,7 +126,11 @@ class AlertRow(Base):
 
 
 class DeliveryRow(Base):
-    """The outbox: one row per (alert, webhook), written in the alert's transaction."""
+    """The outbox: one row per (alert, webhook), written in the alert's transaction.
+
+    ``idempotency_key`` is ``lace-`` + a UUIDv7 made when the row is: never reused, whatever ids the
+    database hands out again. ``status``: pending | delivered | dead | cancelled (webhook deleted).
+    """
 
     __tablename__ = "deliveries"
     __table_args__ = (
@@ -124,7 +142,7 @@ class DeliveryRow(Base):
     alert_id: Mapped[int] = mapped_column(ForeignKey("alerts.id", ondelete="CASCADE"), index=True)
     webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
     idempotency_key: Mapped[str] = mapped_column(String(80), unique=True)
-    status: Mapped[str] = mapped_column(String(16))  # pending | delivered | dead
+    status: Mapped[str] = mapped_column(String(16))  # pending | delivered | dead | cancelled
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_attempt_at_us: Mapped[int] = mapped_column(BigInteger)
     lease_until_us: Mapped[int | None] = mapped_column(BigInteger)

@@ -3,8 +3,9 @@
 An alert is recorded once per (query, event ids): ``dedup_key`` is the SHA-256 of the
 match's variable -> event ids map, and inserting a known one does nothing. That is what
 lets a restart replay the archive without alerting twice. Every new alert gets one
-``deliveries`` row per active webhook of its query, idempotency key
-``lace-<alert id>-<webhook id>``, kept by every retry and redelivery.
+``deliveries`` row per webhook of its query (paused ones too: they hold it; deleted ones not),
+with a fresh idempotency key ``lace-<UUIDv7>`` kept by every retry and redelivery. The key is
+not derived from row ids: SQLite hands deleted ids out again.
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import String, cast, insert, literal, select
+from sqlalchemy import insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from engine.match import Match
+from service.core.security import new_idempotency_key
 from service.db.models import AlertRow, DeliveryRow, WebhookRow
 
 
@@ -89,20 +91,26 @@ def record_alert_rows(session: Session, values: Sequence[dict[str, Any]], *, now
     ids = [r[0] for r in session.execute(stmt, rows)]
     if not ids:
         return 0, 0
-    key = literal("lace-") + cast(AlertRow.id, String) + literal("-") + cast(WebhookRow.id, String)
-    sel = (
-        select(
-            AlertRow.id,
-            WebhookRow.id,
-            key,
-            literal("pending"),
-            literal(0),
-            literal(now_us),
-            literal(now_us),
-        )
+    pairs = session.execute(
+        select(AlertRow.id, WebhookRow.id)
         .join(WebhookRow, WebhookRow.query_id == AlertRow.query_id)
-        .where(AlertRow.id.in_(ids), WebhookRow.active.is_(True))
-    )
-    cols = ["alert_id", "webhook_id", "idempotency_key", "status", "attempts", "next_attempt_at_us", "created_at_us"]
-    res: Any = session.execute(insert(DeliveryRow).from_select(cols, sel))
-    return len(ids), max(res.rowcount or 0, 0)
+        .where(AlertRow.id.in_(ids), WebhookRow.deleted_at_us.is_(None))
+        .order_by(AlertRow.id, WebhookRow.id)
+    ).all()
+    if pairs:
+        session.execute(
+            insert(DeliveryRow),
+            [
+                {
+                    "alert_id": a,
+                    "webhook_id": w,
+                    "idempotency_key": new_idempotency_key(),
+                    "status": "pending",
+                    "attempts": 0,
+                    "next_attempt_at_us": now_us,
+                    "created_at_us": now_us,
+                }
+                for a, w in pairs
+            ],
+        )
+    return len(ids), len(pairs)

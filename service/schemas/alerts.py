@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.schemas.common import Id
 
+RedeliverState = Literal["dead", "delivered", "pending"]
 Url = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
 
 
@@ -71,12 +72,62 @@ class WebhookCreate(BaseModel):
     url: Url = Field(description="http(s) URL that receives one POST per alert", examples=["https://example.com/hook"])
 
 
+class WebhookUpdate(BaseModel):
+    """A new URL: pending deliveries go there (same keys); the circuit closes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: Url = Field(description="http(s) URL that receives one POST per alert", examples=["https://example.com/hook"])
+
+
+class SecretRotation(BaseModel):
+    """Rotate the signing secret; the old one also signs for ``grace_s`` seconds (default from the settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grace_s: Annotated[int, Field(ge=0, le=30 * 86_400)] | None = Field(
+        None, description="Seconds the old secret keeps signing (a second `v1`); 0 drops it at once"
+    )
+
+
+class Redelivery(BaseModel):
+    """Which deliveries of a webhook to send again (same idempotency keys, fresh attempt budgets)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    status: Annotated[list[RedeliverState], Field(min_length=1, max_length=3)] = Field(
+        default_factory=lambda: list[RedeliverState](["dead"]),
+        description="States to redeliver (default: dead letters)",
+    )
+    from_: str | int | None = Field(
+        None, alias="from", description="Alerts detected at or after (ISO-8601 with offset, or epoch ms)"
+    )
+    to: str | int | None = Field(None, description="Alerts detected before (ISO-8601 with offset, or epoch ms)")
+
+
+class RedeliveryResult(BaseModel):
+    redelivered: int = Field(description="Deliveries made pending again")
+
+
+class Circuit(BaseModel):
+    """The endpoint's circuit breaker: ``open`` holds deliveries until a probe gets an answer."""
+
+    state: Literal["closed", "open", "probing"]
+    failures: int = Field(description="Consecutive endpoint failures (no answer, 5xx, 408, 429)")
+    opened_at: str | None
+    next_probe_at: str | None
+
+
 class WebhookPublic(BaseModel):
     id: int
     query_id: int
     url: str
-    active: bool
+    active: bool = Field(description="false while paused (deliveries are recorded and held)")
     created_at: str
+    previous_secret_expires_at: str | None = Field(
+        None, description="Until then deliveries are also signed with the secret before the last rotation"
+    )
+    circuit: Circuit
 
 
 class WebhookCreated(WebhookPublic):
@@ -88,7 +139,9 @@ class WebhookCreated(WebhookPublic):
 class DeliveryAttemptPublic(BaseModel):
     attempt: int
     at: str
-    outcome: Literal["delivered", "failed", "dead"] | str
+    outcome: Literal["delivered", "failed", "held", "dead"] = Field(
+        description="held: failed while the endpoint's circuit is open (not counted towards dead-lettering)"
+    )
     status_code: int | None
     error: str | None
     duration_ms: float
@@ -99,7 +152,9 @@ class DeliveryPublic(BaseModel):
     alert_id: int
     webhook_id: int
     idempotency_key: str
-    status: Literal["pending", "delivered", "dead"] | str
+    status: Literal["pending", "delivered", "dead", "cancelled"] = Field(
+        description="cancelled: its webhook was deleted before it was delivered"
+    )
     attempts: int
     next_attempt_at: str | None
     last_status_code: int | None

@@ -1,20 +1,27 @@
 """The webhook dispatcher: an asyncio task that drains the outbox with httpx.
 
-Each loop: lease the due deliveries, send each (at most ``webhook_concurrency`` at once),
-and record the outcomes in one transaction. A 2xx answer delivers; anything else (or no
-answer within ``webhook_timeout_s``) schedules a retry after ``min(max, base * 2^(n-1))``
-seconds with full jitter (a uniform draw in ``[d/2, d]``); attempt ``webhook_max_attempts``
-failing dead-letters the delivery. Ingest wakes the loop when it commits deliveries; it
-also polls every ``webhook_poll_s`` for retries.
+Each loop: lease the due deliveries (and one probe per open circuit, see
+:mod:`service.webhooks.store`), send each (at most ``webhook_concurrency`` at once). An attempt's
+outcome is written the moment its answer arrives: a recorder task commits whatever outcomes are
+waiting, with no batching delay, so the window between a receiver's 2xx and the delivered mark is
+one small transaction (``lace_delivery_mark_seconds``). A crash inside that window sends the
+delivery once more, with the same idempotency key: receivers deduplicate on it.
+
+A failed attempt is retried after ``min(max, base * 2^(n-1))`` seconds jittered to ``[d/2, d]``
+(:func:`~service.webhooks.store.backoff_s`); attempt ``webhook_max_attempts`` failing
+dead-letters the delivery unless its endpoint's circuit is open (then it is held). Ingest wakes
+the loop when it commits deliveries; it also polls every ``webhook_poll_s`` for retries.
 
 Every attempt of a delivery carries the same ``Idempotency-Key`` and body; the signature
-header is recomputed with the attempt's timestamp.
+header is recomputed with the attempt's timestamp (and the pre-rotation secret during its grace
+period). The URL's host is checked against the allowed targets before every attempt
+(:mod:`service.webhooks.targets`).
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
-import random
 import time
 from typing import Any
 
@@ -27,19 +34,20 @@ from service.core.config import Settings
 from service.core.metrics import Metrics
 from service.core.security import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, signature_header, webhook_secret
 from service.db.session import now_us
-from service.webhooks.store import Job, Outcome, claim_due, record_outcomes, release_leases
+from service.webhooks.store import (
+    Job,
+    Outcome,
+    backoff_s,
+    claim_due,
+    is_endpoint_failure,
+    record_outcomes,
+    release_leases,
+)
+from service.webhooks.targets import TargetRefused, check_target, check_target_cached
+
+__all__ = ["Dispatcher", "backoff_s"]
 
 log = logging.getLogger(__name__)
-
-
-def backoff_s(attempt: int, *, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
-    """Delay before retry number ``attempt`` (1 = after the first failure), seconds, jittered.
-
-    >>> 0.5 <= backoff_s(1, base_s=1, max_s=60) <= 1.0, 30 <= backoff_s(10, base_s=1, max_s=60) <= 60
-    (True, True)
-    """
-    d = min(max_s, base_s * (2 ** (attempt - 1)))
-    return (rng or random).uniform(d / 2, d)
 
 
 class Dispatcher:
@@ -53,15 +61,17 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
+        self._recorder: asyncio.Task[None] | None = None
         self._stopping = False
-        self._inflight: set[asyncio.Task[Outcome]] = set()
-        self._done: list[Outcome] = []
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        await anyio.to_thread.run_sync(release_leases, self.sessions)
+        await anyio.to_thread.run_sync(lambda: release_leases(self.sessions, now_us=now_us()))
+        self._recorder = asyncio.create_task(self._record_loop(), name="lace-webhook-recorder")
         self._task = asyncio.create_task(self._run(), name="lace-webhook-dispatcher")
 
     async def stop(self) -> None:
@@ -69,6 +79,9 @@ class Dispatcher:
         self._wake.set()
         if self._task is not None:
             await self._task
+        if self._recorder is not None:
+            self._outcomes.put_nowait(None)
+            await self._recorder
 
     def wake(self) -> None:
         """Thread-safe: new deliveries are committed."""
@@ -96,10 +109,8 @@ class Dispatcher:
                 self._wake.clear()
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=s.webhook_timeout_s)
-            await self._record()
 
     async def _round(self, client: httpx.AsyncClient, sem: asyncio.Semaphore) -> None:
-        await self._record()
         s = self.settings
         free = s.webhook_batch - len(self._inflight)
         if free <= 0:
@@ -111,42 +122,73 @@ class Dispatcher:
         for job in jobs:
             task = asyncio.create_task(self._send(client, sem, job))
             self._inflight.add(task)
-            task.add_done_callback(self._finished)
+            task.add_done_callback(self._inflight.discard)
 
-    def _finished(self, task: asyncio.Task[Outcome]) -> None:
-        self._inflight.discard(task)
-        if not task.cancelled() and task.exception() is None:
-            self._done.append(task.result())
-        self._wake.set()
+    async def _record_loop(self) -> None:
+        """Commit outcomes as they come: each wait ends with all that queued meanwhile (no added delay)."""
+        while True:
+            first = await self._outcomes.get()
+            batch = [first] if first is not None else []
+            while not self._outcomes.empty():
+                nxt = self._outcomes.get_nowait()
+                if nxt is None:
+                    first = None
+                else:
+                    batch.append(nxt)
+            if batch:
+                await self._record(batch)
+                self._wake.set()  # a slot is free; a closed circuit may have released deliveries
+            if first is None:
+                return
 
-    async def _record(self) -> None:
-        if not self._done:
-            return
-        done, self._done = self._done, []
-        s = self.settings
-        next_at = {
-            o.job.delivery_id: o.at_us
-            + int(backoff_s(o.job.attempt, base_s=s.webhook_backoff_base_s, max_s=s.webhook_backoff_max_s) * 1e6)
-            for o in done
-            if not o.ok
-        }
+    async def _record(self, done: list[Outcome]) -> None:
         try:
-            delivered, failed, dead = await anyio.to_thread.run_sync(
-                lambda: record_outcomes(self.sessions, done, max_attempts=s.webhook_max_attempts, next_at=next_at)
+            rec = await anyio.to_thread.run_sync(
+                lambda: record_outcomes(self.sessions, done, settings=self.settings)
             )
         except Exception:
             log.exception("recording %d delivery outcomes failed; the leases expire and they are resent", len(done))
             return
-        self.metrics.deliveries_ok.inc(delivered)
-        self.metrics.deliveries_failed.inc(failed + dead)
-        self.metrics.deliveries_dead.inc(dead)
+        committed = now_us()
+        self.metrics.deliveries_ok.inc(rec.delivered)
+        self.metrics.deliveries_failed.inc(rec.failed + rec.dead + rec.held)
+        self.metrics.deliveries_dead.inc(rec.dead)
+        self.metrics.circuits_opened.inc(rec.opened)
         for o in done:
+            self.metrics.delivery_mark.observe(max(committed - o.at_us, 0) / 1e6)
             if o.ok:
                 self.metrics.delivery_latency.observe(max(o.at_us - o.job.alert_created_at_us, 0) / 1e6)
 
-    async def _send(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, job: Job) -> Outcome:
+    async def _send(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, job: Job) -> None:
+        try:
+            outcome = await self._attempt(client, sem, job)
+        except Exception as e:  # a bug here must not lose the lease silently: record the failure
+            log.exception("delivery %d: attempt failed unexpectedly", job.delivery_id)
+            outcome = Outcome(job, False, None, f"{type(e).__name__}: {e}", now_us(), 0.0, endpoint_down=False)
+        self._outcomes.put_nowait(outcome)
+
+    async def _refused(self, url: str) -> str | None:
+        """Why the URL's host may not be sent to now (None: it may)."""
+        try:
+            host = httpx.URL(url).host
+        except (httpx.InvalidURL, ValueError, TypeError) as e:
+            return f"bad URL: {e}"
+        try:
+            try:
+                check_target(host, self.settings, addresses=[ipaddress.ip_address(host.strip("[]"))])
+            except ValueError as e:
+                if isinstance(e, TargetRefused):
+                    raise
+                now_s = time.time()
+                await anyio.to_thread.run_sync(lambda: check_target_cached(host, self.settings, now_s))
+        except TargetRefused as e:
+            return f"target refused: {host} {e}"
+        return None
+
+    async def _attempt(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, job: Job) -> Outcome:
         body = orjson.dumps(job.payload)
         secret = webhook_secret(self.server_key, job.webhook_id, job.salt)
+        older = [webhook_secret(self.server_key, job.webhook_id, job.previous_salt)] if job.previous_salt else []
         headers: dict[str, Any] = {
             "Content-Type": "application/json",
             "User-Agent": "lace-webhooks/1",
@@ -154,9 +196,12 @@ class Dispatcher:
             "X-Lace-Delivery": str(job.delivery_id),
             "X-Lace-Attempt": str(job.attempt),
         }
+        refused = await self._refused(job.url)
+        if refused is not None:
+            return Outcome(job, False, None, refused, now_us(), 0.0, endpoint_down=False)
         async with sem:
             start = time.perf_counter()
-            headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()))
+            headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
             try:
                 resp = await client.post(job.url, content=body, headers=headers)
                 ok = 200 <= resp.status_code < 300
@@ -164,5 +209,7 @@ class Dispatcher:
                 err = None if ok else f"HTTP {resp.status_code}"
             except Exception as e:  # no answer (refused, timeout, bad URL): retried like a 5xx
                 ok, code, err = False, None, f"{type(e).__name__}: {e}"
+            at = now_us()
             elapsed_ms = (time.perf_counter() - start) * 1e3
-        return Outcome(job=job, ok=ok, status_code=code, error=err, at_us=now_us(), duration_ms=elapsed_ms)
+        down = not ok and is_endpoint_failure(code)
+        return Outcome(job, ok, code, err, at, elapsed_ms, endpoint_down=down)

@@ -1,11 +1,22 @@
-"""Database side of the dispatcher: claim due deliveries, record attempt outcomes.
+"""Database side of the dispatcher: claim due deliveries, record attempt outcomes, run each
+endpoint's circuit breaker.
 
 A claimed delivery gets a lease (``lease_until_us``) so the next poll skips it while its
 request is in flight; a crash leaves the lease to expire (or :func:`release_leases` at start),
 and the delivery is sent again with the same idempotency key.
+
+Circuit breaker (per webhook, ``webhooks.circuit``): ``webhook_breaker_failures`` consecutive
+endpoint failures (no answer, 5xx, 408, 429) open it. While open, the webhook's deliveries are
+held (neither sent nor dead-lettered); when ``probe_at_us`` comes, its oldest pending delivery
+is sent alone as a probe (``probing``). A probe answered 2xx (or any answer that is not an
+endpoint failure) closes the circuit and releases the held deliveries at once, each with a fresh
+attempt budget; a failed probe re-opens it with a doubled, jittered wait. A 4xx other than
+408/429 is the receiver refusing that one delivery: it counts against the delivery's attempts,
+not against the endpoint.
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -13,13 +24,26 @@ from typing import Any
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.core.config import Settings
 from service.db.models import AlertRow, DeliveryAttemptRow, DeliveryRow, QueryRow, WebhookRow
 from service.db.session import transaction
 
 
+def backoff_s(attempt: int, *, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
+    """Delay before retry number ``attempt`` (1 = after the first failure), seconds, jittered.
+
+    ``d = min(max_s, base_s * 2^(attempt-1))``, drawn uniformly in ``[d/2, d]``.
+
+    >>> 0.5 <= backoff_s(1, base_s=1, max_s=60) <= 1.0, 30 <= backoff_s(10, base_s=1, max_s=60) <= 60
+    (True, True)
+    """
+    d = min(max_s, base_s * (2 ** min(max(attempt - 1, 0), 60)))
+    return (rng or random).uniform(d / 2, d)
+
+
 @dataclass(slots=True)
 class Job:
-    """One delivery to attempt."""
+    """One delivery to attempt; ``previous_salt``: the pre-rotation secret still in its grace period."""
 
     delivery_id: int
     idempotency_key: str
@@ -27,13 +51,19 @@ class Job:
     url: str
     webhook_id: int
     salt: str
+    previous_salt: str | None
     payload: dict[str, Any]
     alert_created_at_us: int
+    probe: bool = False
 
 
 @dataclass(slots=True)
 class Outcome:
-    """What one attempt gave: ``status_code`` (None: no response) and ``error``."""
+    """What one attempt gave: ``status_code`` (None: no response) and ``error``.
+
+    ``endpoint_down``: the failure says the endpoint is unwell (no answer, 5xx, 408, 429), not
+    that it refused this delivery; only those count towards its circuit breaker.
+    """
 
     job: Job
     ok: bool
@@ -41,30 +71,58 @@ class Outcome:
     error: str | None
     at_us: int
     duration_ms: float
+    endpoint_down: bool = False
 
 
-def release_leases(sessions: sessionmaker[Session]) -> None:
-    """Forget the leases of a previous process (one dispatcher per database)."""
+def is_endpoint_failure(status_code: int | None) -> bool:
+    """No answer, a 5xx, 408 or 429.
+
+    >>> [is_endpoint_failure(c) for c in (None, 503, 429, 400, 404)]
+    [True, True, True, False, False]
+    """
+    return status_code is None or status_code >= 500 or status_code in (408, 429)
+
+
+def release_leases(sessions: sessionmaker[Session], *, now_us: int) -> None:
+    """Forget the leases of a previous process (one dispatcher per database); an interrupted probe is due now."""
     with transaction(sessions) as s:
         s.execute(update(DeliveryRow).where(DeliveryRow.lease_until_us.is_not(None)).values(lease_until_us=None))
+        s.execute(update(WebhookRow).where(WebhookRow.circuit == "probing").values(circuit="open", probe_at_us=now_us))
+
+
+def _live(stmt: Any) -> Any:
+    return stmt.where(WebhookRow.active.is_(True), WebhookRow.deleted_at_us.is_(None))
 
 
 def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease_us: int) -> list[Job]:
-    """Lease up to ``limit`` pending deliveries whose next attempt is due."""
+    """Lease up to ``limit`` pending deliveries whose next attempt is due (closed circuits), plus
+    one probe per open circuit whose probe time has come."""
+    base = (
+        select(DeliveryRow, AlertRow, WebhookRow, QueryRow.name)
+        .join(AlertRow, AlertRow.id == DeliveryRow.alert_id)
+        .join(WebhookRow, WebhookRow.id == DeliveryRow.webhook_id)
+        .join(QueryRow, QueryRow.id == AlertRow.query_id)
+        .where(
+            DeliveryRow.status == "pending",
+            or_(DeliveryRow.lease_until_us.is_(None), DeliveryRow.lease_until_us < now_us),
+        )
+    )
     with transaction(sessions) as s:
+        probes: list[Any] = []
+        for wid in s.scalars(
+            _live(select(WebhookRow.id).where(WebhookRow.circuit == "open", WebhookRow.probe_at_us <= now_us))
+        ):
+            row = s.execute(base.where(DeliveryRow.webhook_id == wid).order_by(DeliveryRow.id).limit(1)).first()
+            if row is not None:
+                probes.append(row)
+                s.execute(update(WebhookRow).where(WebhookRow.id == wid).values(circuit="probing"))
         rows = s.execute(
-            select(DeliveryRow, AlertRow, WebhookRow, QueryRow.name)
-            .join(AlertRow, AlertRow.id == DeliveryRow.alert_id)
-            .join(WebhookRow, WebhookRow.id == DeliveryRow.webhook_id)
-            .join(QueryRow, QueryRow.id == AlertRow.query_id)
-            .where(
-                DeliveryRow.status == "pending",
-                DeliveryRow.next_attempt_at_us <= now_us,
-                or_(DeliveryRow.lease_until_us.is_(None), DeliveryRow.lease_until_us < now_us),
-            )
+            _live(base.where(DeliveryRow.next_attempt_at_us <= now_us, WebhookRow.circuit == "closed"))
             .order_by(DeliveryRow.next_attempt_at_us, DeliveryRow.id)
             .limit(limit)
         ).all()
+        n_probes = len(probes)
+        rows = [*probes, *rows]
         if not rows:
             return []
         ids = [d.id for d, *_ in rows]
@@ -77,10 +135,12 @@ def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease
                 url=w.url,
                 webhook_id=w.id,
                 salt=w.salt,
+                previous_salt=w.previous_salt if (w.previous_salt_until_us or 0) > now_us else None,
                 payload=alert_payload(a, qname),
                 alert_created_at_us=a.created_at_us,
+                probe=i < n_probes,
             )
-            for d, a, w, qname in rows
+            for i, (d, a, w, qname) in enumerate(rows)
         ]
 
 
@@ -99,32 +159,81 @@ def alert_payload(a: AlertRow, query_name: str) -> dict[str, Any]:
     }
 
 
-def record_outcomes(
-    sessions: sessionmaker[Session], outcomes: Sequence[Outcome], *, max_attempts: int, next_at: dict[int, int]
-) -> tuple[int, int, int]:
-    """Write the attempts; return ``(delivered, failed, dead)``.
+@dataclass(slots=True)
+class Recorded:
+    """Counts of one :func:`record_outcomes` call."""
 
-    ``next_at``: delivery id -> when to retry a failed attempt (int microseconds).
-    """
-    delivered = failed = dead = 0
+    delivered: int = 0
+    failed: int = 0
+    dead: int = 0
+    held: int = 0
+    opened: int = 0
+
+
+def _close(s: Session, w: WebhookRow, *, now_us: int, except_id: int) -> None:
+    """Close ``w``'s circuit; if it was not closed, its held deliveries are due now with fresh budgets."""
+    if w.circuit != "closed":
+        s.execute(
+            update(DeliveryRow)
+            .where(DeliveryRow.webhook_id == w.id, DeliveryRow.status == "pending", DeliveryRow.id != except_id)
+            .values(next_attempt_at_us=now_us, attempts=0)
+        )
+    w.circuit, w.failures, w.opened_at_us, w.probe_at_us = "closed", 0, None, None
+
+
+def record_outcomes(
+    sessions: sessionmaker[Session],
+    outcomes: Sequence[Outcome],
+    *,
+    settings: Settings,
+    rng: random.Random | None = None,
+) -> Recorded:
+    """Write the attempts and move each endpoint's circuit; return the counts."""
+    st = settings
+    threshold = st.webhook_breaker_failures
+    out = Recorded()
     with transaction(sessions) as s:
-        for o in outcomes:
+        for o in sorted(outcomes, key=lambda x: x.at_us):
             d = s.get(DeliveryRow, o.job.delivery_id)
-            if d is None:  # its query or webhook was deleted meanwhile
+            if d is None:  # its query was deleted meanwhile
                 continue
+            w = s.get(WebhookRow, d.webhook_id)
             d.attempts = o.job.attempt
             d.lease_until_us = None
             d.last_status_code = o.status_code
             d.last_error = (o.error or "")[:500] or None
+            if w is not None and (o.ok or not o.endpoint_down):
+                if w.circuit != "closed" or w.failures:
+                    _close(s, w, now_us=o.at_us, except_id=d.id)
+            elif w is not None and threshold > 0:
+                w.failures += 1
+                if o.job.probe or (w.circuit == "closed" and w.failures >= threshold):
+                    if w.circuit == "closed":
+                        w.opened_at_us = o.at_us
+                        out.opened += 1
+                    k = max(w.failures - threshold, 0) + 1
+                    delay = backoff_s(
+                        k, base_s=st.webhook_breaker_probe_s, max_s=st.webhook_breaker_probe_max_s, rng=rng
+                    )
+                    w.circuit, w.probe_at_us = "open", o.at_us + int(delay * 1e6)
             if o.ok:
                 d.status, d.delivered_at_us, outcome = "delivered", o.at_us, "delivered"
-                delivered += 1
-            elif o.job.attempt >= max_attempts:
+                out.delivered += 1
+            elif d.status != "pending":  # cancelled while in flight (webhook deleted): stays so
+                outcome = "failed"
+                out.failed += 1
+            elif w is not None and o.endpoint_down and w.circuit != "closed":
+                outcome = "held"  # the circuit is open: not dead-lettered, released when it closes
+                out.held += 1
+            elif o.job.attempt >= st.webhook_max_attempts:
                 d.status, outcome = "dead", "dead"
-                dead += 1
+                out.dead += 1
             else:
-                d.next_attempt_at_us, outcome = next_at[d.id], "failed"
-                failed += 1
+                delay = backoff_s(
+                    o.job.attempt, base_s=st.webhook_backoff_base_s, max_s=st.webhook_backoff_max_s, rng=rng
+                )
+                d.next_attempt_at_us, outcome = o.at_us + int(delay * 1e6), "failed"
+                out.failed += 1
             s.add(
                 DeliveryAttemptRow(
                     delivery_id=d.id,
@@ -136,4 +245,4 @@ def record_outcomes(
                     duration_ms=o.duration_ms,
                 )
             )
-    return delivered, failed, dead
+    return out

@@ -65,7 +65,9 @@ def setup_hook(c: httpx.Client, url: str) -> tuple[str, int, int, str]:
 
 def drops(c: httpx.Client, t: str, t0: int, n: int, tag: str = "S") -> int:
     """Post ``n`` drops (one alert each, distinct symbols); return the alerts recorded."""
-    events = [e for i in range(n) for e in (ev(t, t0 + 10 * i, f"{tag}{i}", 100.0), ev(t, t0 + 10 * i + 1, f"{tag}{i}", 10.0))]
+    events = [
+        e for i in range(n) for e in (ev(t, t0 + 10 * i, f"{tag}{i}", 100.0), ev(t, t0 + 10 * i + 1, f"{tag}{i}", 10.0))
+    ]
     r = post(c, events)
     assert r.status_code == 200, r.text
     return int(r.json()["alerts"])
@@ -320,6 +322,7 @@ def test_delivery_log_survives_webhook_deletion(hsvc: Service, receiver: Receive
         assert wait_until(lambda: all_delivered(c, wid, 2))
         w2 = c.post("/webhooks", json={"query_id": qid, "url": down.url}).json()["id"]
         c.post(f"/webhooks/{w2}/pause")
+        c.post(f"/webhooks/{wid}/pause")  # its third delivery stays pending until the delete
         assert drops(c, t, t0 + 10_000, 1, "P") == 1
         assert c.delete(f"/webhooks/{wid}").status_code == 204
         assert c.delete(f"/webhooks/{w2}").status_code == 204

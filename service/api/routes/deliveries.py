@@ -1,4 +1,6 @@
-"""Deliveries (the outbox and its log): list, get with attempts, redeliver with the same key."""
+"""Deliveries (the outbox and its log): list, get with attempts, redeliver with the same key.
+
+A deleted webhook's deliveries stay listed (``webhook_id`` filter), its pending ones ``cancelled``."""
 from __future__ import annotations
 
 from typing import Annotated, Literal
@@ -8,8 +10,8 @@ from sqlalchemy import select
 
 from service.api.deps import AdminKey, ReadKey, SessionDep
 from service.api.paging import page
-from service.core.errors import get_or_404
-from service.db.models import DeliveryAttemptRow, DeliveryRow
+from service.core.errors import ApiError, get_or_404
+from service.db.models import DeliveryAttemptRow, DeliveryRow, WebhookRow
 from service.db.session import now_us
 from service.schemas.alerts import DeliveryAttemptPublic, DeliveryDetail, DeliveryPage, DeliveryPublic
 from service.schemas.common import ERRORS, Id, iso
@@ -23,7 +25,7 @@ def public(d: DeliveryRow) -> DeliveryPublic:
         alert_id=d.alert_id,
         webhook_id=d.webhook_id,
         idempotency_key=d.idempotency_key,
-        status=d.status,
+        status=d.status,  # type: ignore[arg-type]
         attempts=d.attempts,
         next_attempt_at=iso(d.next_attempt_at_us) if d.status == "pending" else None,
         last_status_code=d.last_status_code,
@@ -37,7 +39,7 @@ def public(d: DeliveryRow) -> DeliveryPublic:
 def list_deliveries(
     session: SessionDep,
     _: ReadKey,
-    status: Annotated[Literal["pending", "delivered", "dead"] | None, Query()] = None,
+    status: Annotated[Literal["pending", "delivered", "dead", "cancelled"] | None, Query()] = None,
     webhook_id: Annotated[Id | None, Query()] = None,
     alert_id: Annotated[Id | None, Query()] = None,
     cursor: Annotated[str | None, Query(max_length=64)] = None,
@@ -68,7 +70,7 @@ def get_delivery(id: Id, session: SessionDep, _: ReadKey) -> DeliveryDetail:
         DeliveryAttemptPublic(
             attempt=a.attempt,
             at=iso(a.at_us),
-            outcome=a.outcome,
+            outcome=a.outcome,  # type: ignore[arg-type]
             status_code=a.status_code,
             error=a.error,
             duration_ms=a.duration_ms,
@@ -81,6 +83,9 @@ def get_delivery(id: Id, session: SessionDep, _: ReadKey) -> DeliveryDetail:
 @router.post("/{id}/redeliver", summary="Send again (same idempotency key), with a fresh attempt budget")
 def redeliver(id: Id, request: Request, session: SessionDep, _: AdminKey) -> DeliveryPublic:
     d = _get(session, id)
+    w = session.get(WebhookRow, d.webhook_id)
+    if w is None or w.deleted_at_us is not None:
+        raise ApiError(409, f"webhook {d.webhook_id} of delivery {id} was deleted", "path.id")
     d.status = "pending"
     d.attempts = 0
     d.next_attempt_at_us = now_us()
