@@ -24,22 +24,31 @@ compares it with the schema). The live schema is at `/openapi.json`, the interac
   adds `line` and `column`. `POST /events` answers per event (`rejections`: index, NDJSON line, field,
   reason).
 - **Webhooks**: one `POST` per alert with `Content-Type: application/json`, `Idempotency-Key`
-  (`lace-<alert id>-<webhook id>`, the same on every retry and redelivery), `X-Lace-Delivery`,
-  `X-Lace-Attempt` and `X-Lace-Signature: t=<unix seconds>,v1=<hex>`, where `hex` is
-  HMAC-SHA256(secret, `"<t>." + body`). Verify it and reject a `t` older than a few minutes:
+  (`lace-<UUIDv7>`, made with the delivery: the same on every retry and redelivery of it, never
+  reused), `X-Lace-Delivery`, `X-Lace-Attempt` and `X-Lace-Signature: t=<unix seconds>,v1=<hex>`,
+  where `hex` is HMAC-SHA256(secret, `"<t>." + body`). After `POST /webhooks/{id}/rotate-secret`
+  the header carries a second `v1` (the old secret's) during the grace period: accept the request if
+  any `v1` matches. Verify it and reject a `t` older than a few minutes:
 
   ```python
   import hashlib, hmac, time
   def verify(secret: str, body: bytes, header: str, tolerance_s: int = 300) -> bool:
-      parts = dict(p.split("=", 1) for p in header.split(","))
-      mac = hmac.new(secret.encode(), parts["t"].encode() + b"." + body, hashlib.sha256).hexdigest()
-      return hmac.compare_digest(mac, parts["v1"]) and abs(time.time() - int(parts["t"])) <= tolerance_s
+      parts = [p.split("=", 1) for p in header.split(",")]
+      t = next(v for k, v in parts if k == "t")
+      mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
+      fresh = abs(time.time() - int(t)) <= tolerance_s
+      return fresh and any(k == "v1" and hmac.compare_digest(mac, v) for k, v in parts)
   ```
 
   A 2xx answer delivers; anything else, or no answer within the timeout, is retried with exponential
-  back-off and jitter, and the delivery is dead-lettered after `LACE_WEBHOOK_MAX_ATTEMPTS` attempts
-  (`POST /deliveries/{id}/redeliver` sends it again). Deliveries are at least once: deduplicate on
-  `Idempotency-Key`.
+  back-off and jitter (the default schedule spans more than 24 hours). No answer, 5xx, 408 or 429
+  from an endpoint several times in a row opens its circuit: its deliveries are held (not
+  dead-lettered) and one probe is sent at growing intervals until the endpoint answers; then all
+  are sent. A delivery the receiver keeps refusing (another 4xx) is dead-lettered after
+  `LACE_WEBHOOK_MAX_ATTEMPTS` attempts; `POST /deliveries/{id}/redeliver` sends one again,
+  `POST /webhooks/{id}/redeliver` many (by state and detection time). Deliveries are at least once:
+  deduplicate on `Idempotency-Key` (a crash between your 2xx and the service's commit of it, a few
+  milliseconds, sends that delivery again with the same key).
 """
 
 
