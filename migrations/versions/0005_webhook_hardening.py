@@ -1,7 +1,7 @@
 """webhook hardening: pause, secret rotation, circuit breaker, soft delete (issue 13)
 
 Revision ID: 0005
-Revises: 0003 (the lead's 0004 goes in between when the branches merge)
+Revises: 0004
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: str | None = "0003"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
