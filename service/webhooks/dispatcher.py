@@ -65,6 +65,7 @@ class Dispatcher:
         self._stopping = False
         self._inflight: set[asyncio.Task[None]] = set()
         self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
+        self._open: set[int] = set()  # webhooks whose circuit opened: queued jobs of theirs are not sent
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -150,11 +151,15 @@ class Dispatcher:
             log.exception("recording %d delivery outcomes failed; the leases expire and they are resent", len(done))
             return
         committed = now_us()
+        self._open -= {o.job.webhook_id for o in done if not o.skipped and (o.ok or not o.endpoint_down)}
+        self._open |= rec.open_webhooks
         self.metrics.deliveries_ok.inc(rec.delivered)
         self.metrics.deliveries_failed.inc(rec.failed + rec.dead + rec.held)
         self.metrics.deliveries_dead.inc(rec.dead)
         self.metrics.circuits_opened.inc(rec.opened)
         for o in done:
+            if o.skipped:
+                continue
             self.metrics.delivery_mark.observe(max(committed - o.at_us, 0) / 1e6)
             if o.ok:
                 self.metrics.delivery_latency.observe(max(o.at_us - o.job.alert_created_at_us, 0) / 1e6)
@@ -200,6 +205,8 @@ class Dispatcher:
         if refused is not None:
             return Outcome(job, False, None, refused, now_us(), 0.0, endpoint_down=False)
         async with sem:
+            if job.webhook_id in self._open and not job.probe:
+                return Outcome(job, False, None, None, now_us(), 0.0, skipped=True)
             start = time.perf_counter()
             headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
             try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, insert, or_, select, update
@@ -72,6 +72,8 @@ class Outcome:
     at_us: int
     duration_ms: float
     endpoint_down: bool = False
+    skipped: bool = False
+    """Not sent: its endpoint's circuit opened while it waited for a slot (the lease is just released)."""
 
 
 def is_endpoint_failure(status_code: int | None) -> bool:
@@ -168,6 +170,8 @@ class Recorded:
     dead: int = 0
     held: int = 0
     opened: int = 0
+    open_webhooks: set[int] = field(default_factory=set)
+    """Webhooks of these outcomes whose circuit is not closed afterwards."""
 
 
 def mark_delivered(sessions: sessionmaker[Session], outcomes: Sequence[Outcome]) -> int:
@@ -240,6 +244,13 @@ def record_outcomes(
     st = settings
     threshold = st.webhook_breaker_failures
     out = Recorded()
+    skipped = [o.job.delivery_id for o in outcomes if o.skipped]
+    outcomes = [o for o in outcomes if not o.skipped]
+    if skipped:
+        with transaction(sessions) as s:
+            s.execute(update(DeliveryRow).where(DeliveryRow.id.in_(skipped)).values(lease_until_us=None))
+    if not outcomes:
+        return out
     ok = [o for o in outcomes if o.ok]
     if ok:
         out.delivered = mark_delivered(sessions, ok)
@@ -268,7 +279,8 @@ def record_outcomes(
             if w is not None and not o.endpoint_down:
                 if w.circuit != "closed" or w.failures:
                     _close(s, w, now_us=o.at_us, except_id=d.id)
-            elif w is not None and threshold > 0:
+            elif w is not None and threshold > 0 and (w.circuit == "closed" or o.job.probe):
+                # while open, only probes count: stragglers sent before it opened do not push the next probe out
                 w.failures += 1
                 if o.job.probe or (w.circuit == "closed" and w.failures >= threshold):
                     if w.circuit == "closed":
@@ -294,6 +306,8 @@ def record_outcomes(
                 )
                 d.next_attempt_at_us, outcome = o.at_us + int(delay * 1e6), "failed"
                 out.failed += 1
+            if w is not None and w.circuit != "closed":
+                out.open_webhooks.add(w.id)
             s.add(
                 DeliveryAttemptRow(
                     delivery_id=d.id,

@@ -155,6 +155,8 @@ def make_service(db: Database, data_dir: Path, **settings: Any) -> Service:
         LACE_WEBHOOK_MAX_ATTEMPTS="6",
         LACE_WEBHOOK_ALLOW_LOOPBACK="true",  # the receivers listen on 127.0.0.1
         LACE_WEBHOOK_BREAKER_FAILURES="20",  # a single failing delivery dead-letters before its circuit opens
+        LACE_WEBHOOK_BREAKER_PROBE_S="0.2",
+        LACE_WEBHOOK_BREAKER_PROBE_MAX_S="1.0",
         LACE_WEBHOOK_BACKOFF_BASE_S="0.1",
         LACE_WEBHOOK_BACKOFF_MAX_S="1.0",
         LACE_MAX_BODY_BYTES="1000000",
