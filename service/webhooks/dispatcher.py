@@ -113,7 +113,9 @@ class Dispatcher:
 
     async def _round(self, client: httpx.AsyncClient, sem: asyncio.Semaphore) -> None:
         s = self.settings
-        free = s.webhook_batch - len(self._inflight)
+        # lease no more than can be sent now: a lease (timeout + 5 s) must not run out while its job
+        # waits for a slot, or the delivery is sent twice
+        free = min(s.webhook_batch, s.webhook_concurrency) - len(self._inflight)
         if free <= 0:
             return
         lease_us = int((s.webhook_timeout_s + 5) * 1_000_000)
