@@ -123,6 +123,8 @@ class Dispatcher:
             lambda: claim_due(self.sessions, now_us=now_us(), limit=free, lease_us=lease_us)
         )
         for job in jobs:
+            if not job.probe:  # claimed as closed: the database is the truth (a PATCH or resume closes it too)
+                self._open.discard(job.webhook_id)
             task = asyncio.create_task(self._send(client, sem, job))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
