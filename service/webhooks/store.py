@@ -255,9 +255,13 @@ def record_outcomes(
     if ok:
         out.delivered = mark_delivered(sessions, ok)
     with transaction(sessions) as s:
+        # the webhook rows are locked first, in id order, as the routes do (PostgreSQL: no deadlock with a PATCH)
+        wids = sorted({o.job.webhook_id for o in outcomes})
         ws = {
             w.id: w
-            for w in s.scalars(select(WebhookRow).where(WebhookRow.id.in_({o.job.webhook_id for o in outcomes})))
+            for w in s.scalars(
+                select(WebhookRow).where(WebhookRow.id.in_(wids)).order_by(WebhookRow.id).with_for_update()
+            )
         }
         if len(ok) == len(outcomes) and all(w.circuit == "closed" and not w.failures for w in ws.values()):
             return out

@@ -286,7 +286,10 @@ def test_url_update_moves_pending_deliveries(hsvc: Service, receiver: Receiver, 
         r = c.patch(f"/webhooks/{wid}", json={"url": receiver.url})
         assert r.status_code == 200 and r.json()["url"] == receiver.url
         assert r.json()["circuit"]["state"] == "closed"
-        assert wait_until(lambda: all_delivered(c, wid, 2), timeout_s=15)
+        assert wait_until(lambda: all_delivered(c, wid, 2), timeout_s=15), (
+            c.get(f"/webhooks/{wid}").json(),
+            [c.get(f"/deliveries/{d['id']}").json() for d in deliveries(c, wid)],
+        )
         assert c.patch(f"/webhooks/{wid}", json={"url": "ftp://x"}).status_code == 422
         assert c.patch(f"/webhooks/{wid}", json={"nope": 1}).status_code == 422
     assert set(per_key(receiver)) == keys
