@@ -177,25 +177,30 @@ LA_QUERY = REPO / "cli" / "demo_data" / "queries" / "congested_same_hour.lql"
 DAY_MS = 86_400_000
 
 
-def aarhus_lines() -> list[tuple[int, bytes]]:
-    """Every Aarhus reading as ``(ts_ms, NDJSON line)`` in ts order, ``hour`` (UTC) and ``ndt_kmh`` added."""
+def aarhus_lines(days: float, extra_events: int) -> list[tuple[int, bytes]]:
+    """The first ``days`` of Aarhus readings and ``extra_events`` more, as ``(ts_ms, NDJSON line)`` in ts order,
+    ``hour`` (UTC) and ``ndt_kmh`` added (only those rows become Python objects)."""
     import csv
 
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     ndt = {}
     with open(AARHUS / "traffic_sensors.csv", newline="") as f:
         for row in csv.DictReader(f):
             ndt[row["REPORT_ID"]] = float(row["NDT_IN_KMH"])
-    t = pq.read_table(
+    table = pq.read_table(
         AARHUS / "aarhus_traffic_2014-08_09.parquet", columns=["key", "ts_ms", "avg_speed", "vehicle_count"]
-    ).to_pydict()
+    )
+    table = table.take(pc.sort_indices(table, sort_keys=[("ts_ms", "ascending")]))
+    t0 = table.column("ts_ms")[0].as_py()
+    n_days = pc.sum(pc.less(table.column("ts_ms"), t0 + int(days * DAY_MS))).as_py()
+    t = table.slice(0, n_days + extra_events).to_pydict()
     out = []
     for i, (k, ms, speed, count) in enumerate(zip(t["key"], t["ts_ms"], t["avg_speed"], t["vehicle_count"])):
         attrs = {"key": k, "avg_speed": speed, "vehicle_count": count, "ndt_kmh": ndt.get(k, 0.0)}
         attrs["hour"] = ms // 3_600_000 % 24
         out.append((ms, orjson.dumps({"id": i + 1, "type": "traffic", "ts": ms, "attrs": attrs})))
-    out.sort(key=lambda r: r[0])
     return out
 
 
@@ -227,7 +232,7 @@ def wait_la_idle(c: httpx.Client, qid: int, timeout_s: float = 600.0) -> dict[st
 def live_archived_run(args: argparse.Namespace) -> int:
     """The ``--live-archived`` benchmark (see the module docstring)."""
     print("reading the Aarhus table ...", flush=True)
-    lines = aarhus_lines()
+    lines = aarhus_lines(args.archive_days, args.events + int(args.rate * args.seconds))
     t0 = lines[0][0]
     cut = next(i for i, (ms, _) in enumerate(lines) if ms >= t0 + args.archive_days * DAY_MS)
     archived, rest = lines[:cut], lines[cut:]

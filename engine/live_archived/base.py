@@ -61,14 +61,28 @@ class ArchiveWork:
         The completed live instances it answers (one for LLAA, a subwindow for SLLAA).
     run : callable
         ``() -> list[Match]``.
+    answer : callable, optional
+        ``answer(instances) -> list[Match]`` when the work may be merged with other waiting work of the
+        same runner into one request over the union of their access ranges (SLLAA: subwindows that
+        closed while the archive was busy; every instance's whole access range is still requested, so
+        nothing is lost). None: never merged (LLAA's one request per live instance).
     """
 
     instances: list[LiveInstance]
     run: Callable[[], list[Match]]
+    answer: Callable[[list[LiveInstance]], list[Match]] | None = None
     earliest_start_us: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.earliest_start_us = min(i.match.start for i in self.instances)
+
+    @staticmethod
+    def merged(works: list[ArchiveWork]) -> ArchiveWork:
+        """One work answering every instance of ``works`` (all mergeable, of one runner) with one request."""
+        answer = works[0].answer
+        assert answer is not None and all(w.answer is not None for w in works)
+        instances = [i for w in works for i in w.instances]
+        return ArchiveWork(instances, lambda: answer(instances), answer)
 
 
 class Runner:
@@ -249,11 +263,19 @@ class Runner:
         ts = self.watermark if at_ts is None else at_ts
         return self.on_instances([LiveInstance(m, ts, now) for m in found])
 
-    def submit(self, instances: list[LiveInstance], run: Callable[[], list[Match]]) -> list[Match]:
-        """Answer ``instances`` with ``run`` now, or hand it to :attr:`defer` (then return nothing)."""
+    def submit(
+        self,
+        instances: list[LiveInstance],
+        run: Callable[[], list[Match]],
+        answer: Callable[[list[LiveInstance]], list[Match]] | None = None,
+    ) -> list[Match]:
+        """Answer ``instances`` with ``run`` now, or hand it to :attr:`defer` (then return nothing).
+
+        ``answer``: see :class:`ArchiveWork` (given when waiting work may be merged).
+        """
         if self.defer is None:
             return run()
-        self.defer(ArchiveWork(instances, run))
+        self.defer(ArchiveWork(instances, run, answer))
         return []
 
     def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:

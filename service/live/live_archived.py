@@ -50,6 +50,11 @@ RETRY_MAX_S = 30.0
 class ArchiveLookups:
     """A bounded pool of threads answering deferred archive requests (:class:`ArchiveWork`).
 
+    Work waits per query; a pool thread takes a query's waiting work: every mergeable one at once
+    (SLLAA subwindows that closed while the archive was busy become one request over the union of
+    their access ranges: fewer Spark jobs exactly when they queue up), or the oldest other one (LLAA:
+    one request per live instance, as the algorithm says).
+
     Parameters
     ----------
     workers : int
@@ -61,12 +66,33 @@ class ArchiveLookups:
     def __init__(self, workers: int, observe: Callable[[float], None] | None = None) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lace-archive")
         self.observe = observe
+        self.lock = threading.Lock()
+        self.waiting: dict[int, list[ArchiveWork]] = {}
 
     def submit(self, owner: LiveArchivedWorker, work: ArchiveWork) -> None:
-        """Run ``work`` on the pool; its results go to ``owner.record_results``; failures are retried."""
-        self.pool.submit(self._run, owner, work)
+        """Queue ``work``; a pool thread answers it (maybe merged), its results go to ``owner.finished``."""
+        with self.lock:
+            self.waiting.setdefault(id(owner), []).append(work)
+        self.pool.submit(self._next, owner)
 
-    def _run(self, owner: LiveArchivedWorker, work: ArchiveWork) -> None:
+    def _next(self, owner: LiveArchivedWorker) -> None:
+        with self.lock:
+            queue = self.waiting.get(id(owner))
+            if not queue:
+                return  # taken by an earlier call, merged
+            if queue[0].answer is not None:
+                taken = [w for w in queue if w.answer is not None]
+                queue[:] = [w for w in queue if w.answer is None]
+            else:
+                taken = [queue.pop(0)]
+            if not queue:
+                del self.waiting[id(owner)]
+        work = ArchiveWork.merged(taken) if len(taken) > 1 else taken[0]
+        if len(taken) > 1:
+            owner.merged += len(taken) - 1
+        self._run(owner, work, taken)
+
+    def _run(self, owner: LiveArchivedWorker, work: ArchiveWork, parts: list[ArchiveWork]) -> None:
         delay = 0.5
         while not owner.stopped:
             started = time.perf_counter()
@@ -80,7 +106,7 @@ class ArchiveLookups:
                 continue
             if self.observe is not None:
                 self.observe(time.perf_counter() - started)
-            owner.finished(work, results)
+            owner.finished(parts, results)
             return
 
     def close(self) -> None:
@@ -136,6 +162,8 @@ class LiveArchivedWorker:
         self.errors = 0
         self.late = 0
         self.results = 0
+        self.merged = 0
+        """Deferred requests answered together with another one (SLLAA subwindows merged under load)."""
         self.cpu_s = 0.0
         """CPU seconds of the live side (the worker thread; archive requests not included)."""
         self._offered_at = 0.0
@@ -202,15 +230,17 @@ class LiveArchivedWorker:
             self.idle.clear()
         self.lookups.submit(self, work)
 
-    def finished(self, work: ArchiveWork, results: list[Match]) -> None:
-        """A deferred request is answered (pool thread): commit its results, then forget it."""
+    def finished(self, works: list[ArchiveWork], results: list[Match]) -> None:
+        """Deferred requests are answered (pool thread): commit their results, then forget them."""
         if results:
             self._commit(results)
+        now = time.time()
         with self.counts:
-            self.in_flight.pop(id(work), None)
-            closed = self.closed_at.pop(id(work), None)
-            if closed is not None:
-                self.close_to_commit_s.append(time.time() - closed)
+            for work in works:
+                self.in_flight.pop(id(work), None)
+                closed = self.closed_at.pop(id(work), None)
+                if closed is not None:
+                    self.close_to_commit_s.append(now - closed)
             if self.backlog == 0 and not self.in_flight:
                 self.idle.set()
 
@@ -270,6 +300,7 @@ class LiveArchivedWorker:
                 "errors": self.errors,
                 "worker_late": self.late,
                 "cpu_s": round(self.cpu_s, 6),
+                "requests_merged": self.merged,
                 "close_to_commit_ms": _pcts([x * 1_000 for x in self.close_to_commit_s]),
                 "requests_answered": len(self.close_to_commit_s),
             }

@@ -105,3 +105,25 @@ def test_bad_tolerance_or_batch_is_refused():
         run_memory(plan, "sllaa", EVENTS, tolerance_us=-1)
     with pytest.raises(ValueError):
         run_memory(plan, "sllaa", EVENTS, max_batch=0)
+
+
+def test_deferred_subwindows_merged_into_one_request_give_the_same_results():
+    """The service defers SLLAA's requests and merges subwindows that wait together (ArchiveWork.merged)."""
+    from engine.live_archived import MemoryArchive
+    from engine.live_archived.base import ArchiveWork
+    from engine.live_archived.runner import make_runner
+
+    plan = compile_live_archived(QUERY)
+    archive = MemoryArchive()
+    works: list[ArchiveWork] = []
+    runner = make_runner("sllaa", plan, archive, tolerance_us=2 * S, defer=works.append)
+    for e in EVENTS:
+        archive.append(e)
+        assert runner.push(e) == []  # deferred: nothing comes from push
+    assert runner.flush() == []
+    assert len(works) == 3 and all(w.answer is not None for w in works)
+    requests_before = runner.counters.archive_requests
+    merged = ArchiveWork.merged(works)
+    assert pairs(merged.run()) == expected()
+    assert runner.counters.archive_requests == requests_before + 1  # one request for three subwindows
+    assert pairs([m for w in works for m in w.run()]) == expected()
