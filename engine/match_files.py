@@ -81,6 +81,58 @@ def _line_fn(layout: Any) -> _LineFn | None:
     return general
 
 
+# fill(template, env, start, end) for all-single layouts of 1..8 slots in variable order
+_FILL: dict[int, Callable[[str, Any, int, int], str]] = {
+    1: lambda t, v, s, e: t % (v[0].id, s, e),
+    2: lambda t, v, s, e: t % (v[0].id, v[1].id, s, e),
+    3: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, s, e),
+    4: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, s, e),
+    5: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, s, e),
+    6: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, v[5].id, s, e),
+    7: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, v[5].id, v[6].id, s, e),
+    8: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, v[5].id, v[6].id, v[7].id, s, e),
+}
+_fast: dict[tuple[int, Any], tuple[Any, Any, str | None]] = {}  # (id(layout), query) -> (layout, fill, template)
+
+
+def _fast_entry(layout: Any, query: Any) -> tuple[Any, Any, str | None]:
+    """``(layout, fill, template)`` for matches without fields of an all-single layout whose slots are
+    in variable order (the query name and empty fields are in the template); fill None otherwise."""
+    variables, slot_vars, kleene = layout
+    if any(kleene) or tuple(slot_vars) != tuple(variables) or len(variables) not in _FILL:
+        return (layout, None, None)
+    parts = ",".join(f"{_dumps(v).replace('%', '%%')}:[%d]" for v in variables)
+    q = _query(query).replace("%", "%%")
+    template = '{"query":' + q + ',"events":{' + parts + '},"start":%d,"end":%d,"fields":{}}'
+    return (layout, _FILL[len(variables)], template)
+
+
+def match_lines(matches: Iterable[Match]) -> list[str]:
+    """:func:`match_line` of every match (the per-layout fast path without a call per match)."""
+    out: list[str] = []
+    append = out.append
+    cur_layout: Any = None
+    cur_query: Any = None
+    fill: Any = None
+    template: Any = None
+    for m in matches:
+        layout = m._layout
+        if m._fields or m._events is not None or layout is None:
+            append(match_line(m))
+            continue
+        if layout is not cur_layout or m.query is not cur_query:
+            cur_layout, cur_query = layout, m.query
+            entry = _fast.get((id(layout), cur_query))
+            if entry is None:
+                entry = _fast[(id(layout), cur_query)] = _fast_entry(layout, cur_query)
+            fill, template = entry[1], entry[2]
+        if fill is None:
+            append(match_line(m))
+        else:
+            append(fill(template, m._env, m.start, m.end))
+    return out
+
+
 def match_line(match: Match) -> str:
     """One match as a compact JSON line (no newline): ``Match.to_json()``.
 
@@ -133,7 +185,7 @@ class MatchWriter:
         """Add matches (in order); written once a batch is full."""
         if self.format == "jsonl":
             lines = self._lines
-            lines.extend(map(match_line, matches))
+            lines.extend(match_lines(matches))
             if len(lines) >= self._batch:
                 self._flush_lines()
         else:

@@ -16,7 +16,7 @@ from engine.compiler import compile_query
 from engine.events import Event
 from engine.io import EventFileError, open_event_file, read_events
 from engine.match import Match
-from engine.match_files import MatchWriter, match_line
+from engine.match_files import MatchWriter, match_line, match_lines
 from engine.matcher import Matcher
 
 HEX = ["060030", "3964e8", "86e430", "3e4082", "4ca7b5"]
@@ -228,6 +228,7 @@ def test_match_line_equals_orjson_of_to_json():
             m = Match(name, None, 10, 40, fields, layout, env)
             expected = orjson.dumps(m.to_json(), option=orjson.OPT_NON_STR_KEYS).decode()
             assert match_line(m) == expected
+            assert match_lines([m, m]) == [expected, expected]
 
 
 def test_match_writer_parquet_holds_the_jsonl_content(tmp_path):
