@@ -1,6 +1,7 @@
 """``lace match``: a live-only query over an event file, one JSON object per match (DESIGN.md section 12)."""
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -133,6 +134,7 @@ def _run_match(
         source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
         if sort:
             source.sort()
+        gc.freeze()  # modules and the file's columns live to the end: keep them out of every collection
         sink = MatchWriter(_open_out_binary(out), fmt)  # type: ignore[arg-type]
         push, write = matcher.push, sink.write
         for batch in source.batches():

@@ -334,13 +334,14 @@ class EventTable:
 
     def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[Event]]:
         """Events in file order, ``rows`` at a time."""
-        types = _interned(self.types)
+        # strings as one str object per distinct value (hashed once: cheap dict lookups by type and key)
+        types = _Interned(self.types)
         names = tuple(self.attrs)
-        columns = [_interned(a) if pa.types.is_string(a.type) else a for a in self.attrs.values()]
+        columns = [_Interned(a) if pa.types.is_string(a.type) else _Plain(a) for a in self.attrs.values()]
         for lo in range(0, len(self), rows):
             n = min(rows, len(self) - lo)
             ids = range(lo + 1, lo + n + 1) if self.ids is None else self.ids.slice(lo, n).to_pylist()
-            cols = [c[lo : lo + n] if isinstance(c, list) else c.slice(lo, n).to_pylist() for c in columns]
+            cols = [c.values(lo, n) for c in columns]
             if len(cols) == 1:
                 name = names[0]
                 attrs = [{name: v} for v in cols[0]]
@@ -353,16 +354,31 @@ class EventTable:
                 if part.null_count:
                     for i in np.flatnonzero(part.is_null().to_numpy(zero_copy_only=False)).tolist():
                         del attrs[i][name]
-            yield list(map(Event, ids, types[lo : lo + n], self.ts.slice(lo, n).to_pylist(), attrs))
+            yield list(map(Event, ids, types.values(lo, n), self.ts.slice(lo, n).to_pylist(), attrs))
 
 
-def _interned(values: pa.Array) -> list[Any]:
-    """Python values of a string column with one str object per distinct value (cheap hashing later)."""
-    enc = pc.dictionary_encode(values)
-    words = enc.dictionary.to_pylist()
-    return [None if i is None else words[i] for i in enc.indices.to_pylist()] if enc.null_count else [
-        words[i] for i in enc.indices.to_pylist()
-    ]
+class _Plain:
+    """A column's Python values, a slice at a time."""
+
+    def __init__(self, values: pa.Array) -> None:
+        self.array = values
+
+    def values(self, lo: int, n: int) -> list[Any]:
+        return self.array.slice(lo, n).to_pylist()  # type: ignore[no-any-return]
+
+
+class _Interned(_Plain):
+    """A string column dictionary-encoded once: one str object per distinct value (hashed once,
+    so the matcher's dict lookups by type and partition key are cheap)."""
+
+    def __init__(self, values: pa.Array) -> None:
+        enc = pc.dictionary_encode(values)
+        self.words: list[Any] = [*enc.dictionary.to_pylist(), None]
+        super().__init__(enc.indices.fill_null(len(self.words) - 1) if enc.null_count else enc.indices)
+
+    def values(self, lo: int, n: int) -> list[Any]:
+        words = self.words
+        return [words[i] for i in self.array.slice(lo, n).to_pylist()]
 
 
 # ---------------------------------------------------------------- readers
