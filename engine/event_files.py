@@ -364,7 +364,7 @@ class _Plain:
         self.array = values
 
     def values(self, lo: int, n: int) -> list[Any]:
-        return self.array.slice(lo, n).to_pylist()  # type: ignore[no-any-return]
+        return self.array.slice(lo, n).to_pylist()
 
 
 class _Interned(_Plain):
