@@ -1,6 +1,7 @@
 """``lace match``: a live-only query over an event file, one JSON object per match (DESIGN.md section 12)."""
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
@@ -76,13 +77,17 @@ def match(
     from engine.compiler import compile_query
     from engine.lql.errors import QueryError
     from engine.matcher import Matcher
-    from service.db.pm_store import open_pm_store
 
     try:
         compiled = compile_query(text, strategy=strategy.value if strategy else None)
     except QueryError as e:
         fail(f"{query}:{e.line}:{e.column}: {e.reason}")
-    with open_pm_store((pm_store or "") if pm_capacity is not None else None, fail) as store:
+    store_cm: Any = contextlib.nullcontext()  # SQLAlchemy is imported only for a partial-match store
+    if pm_capacity is not None:
+        from service.db.pm_store import open_pm_store
+
+        store_cm = open_pm_store(pm_store or "", fail)
+    with store_cm as store:
         matcher = Matcher(
             compiled,
             storage=storage.value,
