@@ -342,19 +342,52 @@ class EventTable:
             n = min(rows, len(self) - lo)
             ids = range(lo + 1, lo + n + 1) if self.ids is None else self.ids.slice(lo, n).to_pylist()
             cols = [c.values(lo, n) for c in columns]
-            if len(cols) == 1:
-                name = names[0]
-                attrs = [{name: v} for v in cols[0]]
-            elif cols:
-                attrs = [dict(zip(names, row)) for row in zip(*cols)]
-            else:
+            if not cols:
                 attrs = [{} for _ in range(n)]
+            elif len(cols) in _ATTR_ROWS:
+                attrs = _ATTR_ROWS[len(cols)](names, cols)
+            else:
+                attrs = [dict(zip(names, row)) for row in zip(*cols)]
             for name, c in zip(names, self.attrs.values()):
                 part = c.slice(lo, n)
                 if part.null_count:
                     for i in np.flatnonzero(part.is_null().to_numpy(zero_copy_only=False)).tolist():
                         del attrs[i][name]
             yield list(map(Event, ids, types.values(lo, n), self.ts.slice(lo, n).to_pylist(), attrs))
+
+
+def _rows1(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
+    (k0,) = k
+    return [{k0: a} for a in c[0]]
+
+
+def _rows2(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
+    k0, k1 = k
+    return [{k0: a, k1: b} for a, b in zip(*c)]
+
+
+def _rows3(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
+    k0, k1, k2 = k
+    return [{k0: a, k1: b, k2: d} for a, b, d in zip(*c)]
+
+
+def _rows4(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
+    k0, k1, k2, k3 = k
+    return [{k0: a, k1: b, k2: d, k3: e} for a, b, d, e in zip(*c)]
+
+
+def _rows5(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
+    k0, k1, k2, k3, k4 = k
+    return [{k0: a, k1: b, k2: d, k3: e, k4: f} for a, b, d, e, f in zip(*c)]
+
+
+def _rows6(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
+    k0, k1, k2, k3, k4, k5 = k
+    return [{k0: a, k1: b, k2: d, k3: e, k4: f, k5: g} for a, b, d, e, f, g in zip(*c)]
+
+
+# attribute dicts as dict displays (4x faster than dict(zip(names, row)) per row), by column count
+_ATTR_ROWS = {1: _rows1, 2: _rows2, 3: _rows3, 4: _rows4, 5: _rows5, 6: _rows6}
 
 
 class _Plain:

@@ -258,3 +258,13 @@ def test_lace_match_formats_and_schema(tmp_path):
     schema.write_text('{"k": "int"}')
     r = subprocess.run(base, capture_output=True, text=True)
     assert r.returncode == 2 and "line 1, column 'k': a string, but the column is int" in r.stderr
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_every_attribute_count_builds_the_same_events(write_file, k):
+    names = [f"x{i}" for i in range(k)]
+    rows = [[str(r * 10 + i) if (r + i) % 3 else "" for i in range(k)] for r in range(4)]
+    body = "".join(f"A,{r + 1}," + ",".join(row) + "\n" for r, row in enumerate(rows))
+    text = "type,ts," + ",".join(names) + "\n" + body
+    got = [e.attrs for e in read_events(write_file("ev.csv", text))]
+    assert got == [{n: int(v) for n, v in zip(names, row) if v} for row in rows]
