@@ -343,7 +343,7 @@ class EventTable:
             ids = range(lo + 1, lo + n + 1) if self.ids is None else self.ids.slice(lo, n).to_pylist()
             cols = [c.values(lo, n) for c in columns]
             if not cols:
-                attrs = [{} for _ in range(n)]
+                attrs: list[dict[str, Any]] = [{} for _ in range(n)]
             elif len(cols) in _ATTR_ROWS:
                 attrs = _ATTR_ROWS[len(cols)](names, cols)
             else:
