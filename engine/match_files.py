@@ -219,12 +219,52 @@ class MatchWriter:
             lines.clear()
 
     def _flush_parquet(self) -> None:
-        import pyarrow as pa
         import pyarrow.parquet as pq
 
         ms = self._pending
         if not ms and self._pq is not None:
             return
+        table = self._columns_fast(ms)
+        if table is None:
+            table = self._columns(ms)
+        if self._pq is None:
+            self._pq = pq.ParquetWriter(self._out, table.schema)
+        self._pq.write_table(table.cast(self._pq.schema))
+        self.written += len(ms)
+        ms.clear()
+
+    def _columns_fast(self, ms: list[Match]) -> Any:
+        """The columns of engine matches of one all-single layout without fields, straight from the
+        bindings (no ``to_json()`` per match); None when ``ms`` is not that."""
+        import numpy as np
+        import pyarrow as pa
+
+        if not ms or (self._pq is not None and "fields" in self._pq.schema.names):
+            return None
+        first = ms[0]
+        layout, query = first._layout, first.query
+        if layout is None or _fast_entry(layout, query)[1] is None:
+            return None
+        for m in ms:
+            if m._layout is not layout or m._events is not None or m._fields or m.query != query:
+                return None
+        variables = layout[0]
+        envs = [m._env for m in ms]
+        offsets = pa.array(np.arange(len(ms) + 1, dtype=np.int32))
+        lists = [
+            pa.ListArray.from_arrays(offsets, pa.array([env[i].id for env in envs], pa.int64()))  # type: ignore[index]
+            for i in range(len(variables))
+        ]
+        return pa.table({
+            "query": pa.array([query] * len(ms), pa.string()),
+            "start": pa.array([m.start for m in ms], pa.int64()),
+            "end": pa.array([m.end for m in ms], pa.int64()),
+            "events": pa.StructArray.from_arrays(lists, names=list(variables)),
+        })
+
+    def _columns(self, ms: list[Match]) -> Any:
+        import pyarrow as pa
+
         docs = [m.to_json() for m in ms]
         cols: dict[str, Any] = {
             "query": pa.array([d["query"] for d in docs], pa.string()),
@@ -242,9 +282,4 @@ class MatchWriter:
             fields_type = schema.field("fields").type
         if fields_type is not None or (schema is None and any(d["fields"] for d in docs)):
             cols["fields"] = pa.array([d["fields"] or None for d in docs], fields_type)
-        table = pa.table(cols)
-        if self._pq is None:
-            self._pq = pq.ParquetWriter(self._out, table.schema)
-        self._pq.write_table(table.cast(self._pq.schema))
-        self.written += len(ms)
-        ms.clear()
+        return pa.table(cols)

@@ -268,3 +268,15 @@ def test_every_attribute_count_builds_the_same_events(write_file, k):
     text = "type,ts," + ",".join(names) + "\n" + body
     got = [e.attrs for e in read_events(write_file("ev.csv", text))]
     assert got == [{n: int(v) for n, v in zip(names, row) if v} for row in rows]
+
+
+def test_match_writer_parquet_fast_columns_equal_the_general_ones(tmp_path):
+    evs = [Event(i, "T", i, {}) for i in range(1, 7)]
+    layout = (("a", "b", "c"), ("a", "b", "c"), (False, False, False))
+    ms = [Match("q", None, i, i + 2, None, layout, tuple(evs[i : i + 3])) for i in range(4)]
+    with MatchWriter(tmp_path / "fast.parquet", "parquet", batch=3) as w:
+        w.write(ms)
+    got = pq.read_table(tmp_path / "fast.parquet")
+    expected = [{k: v for k, v in m.to_json().items() if k != "fields"} for m in ms]
+    assert got.to_pylist() == expected
+    assert got.schema.field("events").type == pa.struct([(v, pa.list_(pa.int64())) for v in "abc"])
