@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import orjson
+import pyarrow as pa
 
 from engine.event_files import (
     BATCH_ROWS,
@@ -299,6 +300,7 @@ def open_event_file(
         position = names.index(e.column) + 1 if e.column in names else None
         raise EventFileError(path, line, e.reason, column=e.column, position=position,
                              where="row" if fmt == "parquet" else "line") from None
+    pa.default_memory_pool().release_unused()  # the text columns are gone: give their memory back
     return EventFile(path, fmt, table)
 
 
