@@ -53,6 +53,7 @@ _FLOAT_CANON = r"^[+-]?((0|[1-9]\d*)(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"
 _DECIMAL = r"^[+-]?(\d+\.\d*|\.\d+)$"
 _BOOL = r"^(?i)(true|false)$"
 _DIGITS_PER_UNIT = {"us": 0, "ms": 3, "s": 6}
+_NULL_TEXT = "^(" + "|".join(NULL_TEXT) + ")$"
 
 
 class ColumnError(ValueError):
@@ -100,13 +101,22 @@ def load_schema(path: str | Path) -> dict[str, str]:
 # ---------------------------------------------------------------- values of one column
 
 
+# Kept free of Python-object conversions (pa.array/pa.scalar of Python values, to_numpy of bitmaps): pyarrow
+# imports pandas for those on first use, 0.2 s of every `lace match` run.
+
+
+def _null(t: pa.DataType) -> pa.Scalar:
+    return pa.nulls(1, t)[0]
+
+
+def _int64(value: int) -> pa.Scalar:
+    return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(np.array([value], dtype=np.int64))])[0]
+
+
 def _first(mask: pa.Array) -> int:
     """Index of the first true value of a boolean array (nulls are false); -1 if none."""
-    arr = mask.to_numpy(zero_copy_only=False)
-    if mask.null_count:
-        arr = np.where(mask.is_null().to_numpy(zero_copy_only=False), False, arr)
-    hits = np.flatnonzero(arr)
-    return int(hits[0]) if len(hits) else -1
+    hits = pc.indices_nonzero(mask)
+    return int(hits[0].as_py()) if len(hits) else -1
 
 
 def _all_match(values: pa.Array, pattern: str) -> tuple[bool, int]:
@@ -120,16 +130,16 @@ def _nan_to_null(values: pa.Array) -> pa.Array:
     if pa.types.is_floating(values.type):
         nan = pc.is_nan(values)
         if pc.any(nan).as_py():
-            return pc.if_else(nan, pa.scalar(None, values.type), values)
+            return pc.if_else(nan, _null(values.type), values)
     return values
 
 
 def text_column(values: pa.Array) -> pa.Array:
     """CSV text: trimmed, with the missing spellings (``NULL_TEXT``) as nulls."""
     trimmed = pc.utf8_trim_whitespace(values)
-    missing = pc.is_in(trimmed, value_set=pa.array(NULL_TEXT))
+    missing = pc.match_substring_regex(trimmed, _NULL_TEXT)
     if pc.any(missing).as_py():
-        return pc.if_else(missing, pa.scalar(None, pa.string()), trimmed)
+        return pc.if_else(missing, _null(pa.string()), trimmed)
     return trimmed
 
 
@@ -154,7 +164,7 @@ def _cast_text(values: pa.Array, kind: str, column: str) -> pa.Array:
     if kind == "bool":
         ok, bad = _all_match(values, _BOOL)
         if ok:
-            return pc.equal(pc.utf8_lower(values), "true")
+            return pc.match_substring_regex(values, r"^(?i)true$")
         raise ColumnError(bad, column, f"{values[bad].as_py()!r} is not a bool (true or false)")
     raise AssertionError(kind)  # timestamps go through timestamp_column
 
@@ -237,7 +247,7 @@ def timestamp_column(values: pa.Array, unit: str, column: str) -> pa.Array:
     if pa.types.is_integer(t) and not pa.types.is_boolean(t):
         kind = "ms" if unit == "auto" else unit
         try:
-            return pc.multiply_checked(values.cast(pa.int64()), 10 ** _DIGITS_PER_UNIT[kind])
+            return pc.multiply_checked(values.cast(pa.int64()), _int64(10 ** _DIGITS_PER_UNIT[kind]))
         except pa.ArrowInvalid:
             return _timestamps_slow(values, unit, column)
     if pa.types.is_floating(t):
@@ -254,7 +264,7 @@ def _timestamps_text(values: pa.Array, unit: str, column: str, numeric_only: boo
         if _all_match(values, _INT_ANY)[0]:
             kind = "ms" if unit == "auto" else unit
             ints = pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
-            return pc.multiply_checked(ints, 10 ** _DIGITS_PER_UNIT[kind])
+            return pc.multiply_checked(ints, _int64(10 ** _DIGITS_PER_UNIT[kind]))
         if _all_match(values, _DECIMAL)[0] and unit != "us":
             digits = _DIGITS_PER_UNIT["s" if unit == "auto" else unit]
             return _decimal_units(values, digits)
@@ -272,7 +282,12 @@ def _decimal_units(values: pa.Array, digits: int) -> pa.Array:
     low, high = words[0::2], words[1::2]
     if not np.array_equal(high, low >> 63):
         raise OverflowError("timestamp out of the int64 range")
-    return pa.array(low, type=pa.int64(), mask=dec.is_null().to_numpy(zero_copy_only=False) if dec.null_count else None)
+    validity = dec.buffers()[0] if dec.null_count and dec.offset == 0 else None
+    if dec.null_count and validity is None:
+        return pc.if_else(dec.is_null(), _null(pa.int64()), pa.array(low, pa.int64()))
+    return pa.Array.from_buffers(
+        pa.int64(), len(dec), [validity, pa.py_buffer(np.ascontiguousarray(low))], null_count=dec.null_count
+    )
 
 
 def _timestamps_slow(values: pa.Array, unit: str, column: str) -> pa.Array:
@@ -551,7 +566,7 @@ def read_json_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[str
             for i, sub in enumerate(f.type):
                 inner = col.field(i)
                 if col.null_count:
-                    inner = pc.if_else(col.is_valid(), inner, pa.scalar(None, inner.type))
+                    inner = pc.if_else(col.is_valid(), inner, _null(inner.type))
                 prev = columns.get(sub.name)
                 columns[sub.name] = inner if prev is None else pc.coalesce(inner, prev.cast(inner.type))
         elif f.name == "attrs" and not pa.types.is_null(f.type):
