@@ -8,8 +8,7 @@ type is required; unknown attributes are refused.
 
 Missing values follow the rule of event files (engine/event_files.py): an attribute given as
 ``null`` (and without a default) is missing: left out of the event, so every comparison with it is
-false. ``NaN`` is
-not JSON and is refused with the body.
+false. ``NaN`` is not JSON and is refused with the body.
 """
 from __future__ import annotations
 
