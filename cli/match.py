@@ -1,11 +1,14 @@
 """``lace match``: a live-only query over an event file, one JSON object per match (DESIGN.md section 12)."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import sys
 import time
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 import typer
 
@@ -17,21 +20,35 @@ from cli.app import (
     TsUnitChoice,
     app,
     fail,
-    open_out,
     parse_duration_us,
     read_text,
     silence_stdout,
     warn,
 )
-from engine.io import EventFileError, iter_event_rows, match_line
+from engine.io import EventFileError, open_event_file
+
+
+class MatchFormatChoice(StrEnum):
+    """Output format of ``lace match`` (``engine.match_files``)."""
+
+    jsonl = "jsonl"
+    parquet = "parquet"
 
 
 @app.command()
 def match(
     query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file.")],
-    events: Annotated[Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...) or JSONL.")],
+    events: Annotated[
+        Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
+    ],
     strategy: Annotated[Strategy | None, typer.Option(help="Override the query's STRATEGY.")] = None,
-    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write matches here (JSONL); default stdout.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write matches here; default stdout.")] = None,
+    format: Annotated[MatchFormatChoice, typer.Option("--format", help="Match output format.")] = (
+        MatchFormatChoice.jsonl
+    ),
+    schema: Annotated[
+        Path | None, typer.Option("--schema", help="JSON file of column types, e.g. {\"key\": \"string\"}.")
+    ] = None,
     stats: Annotated[bool, typer.Option("--stats", help="Print counters as JSON on stderr.")] = False,
     storage: Annotated[Storage, typer.Option(help="Partial-match storage.")] = Storage.chain,
     lateness: Annotated[str, typer.Option(help="Allowed lateness, e.g. '5 seconds'; later events are rejected.")] = "0",
@@ -47,10 +64,11 @@ def match(
         str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
     ] = None,
 ) -> None:
-    """Run a live-only query over an event file; one JSON object per match."""
+    """Run a live-only query over an event file (CSV, JSONL or Parquet); one JSON object per match."""
     text = read_text(query)
     if not events.is_file():
         fail(f"{events}: no such file")
+    column_types = _load_schema(schema) if schema is not None else None
     try:
         lateness_us = parse_duration_us(lateness)
     except ValueError as e:
@@ -59,13 +77,17 @@ def match(
     from engine.compiler import compile_query
     from engine.lql.errors import QueryError
     from engine.matcher import Matcher
-    from service.db.pm_store import open_pm_store
 
     try:
         compiled = compile_query(text, strategy=strategy.value if strategy else None)
     except QueryError as e:
         fail(f"{query}:{e.line}:{e.column}: {e.reason}")
-    with open_pm_store((pm_store or "") if pm_capacity is not None else None, fail) as store:
+    store_cm: Any = contextlib.nullcontext()  # SQLAlchemy is imported only for a partial-match store
+    if pm_capacity is not None:
+        from service.db.pm_store import open_pm_store
+
+        store_cm = open_pm_store(pm_store or "", fail)
+    with store_cm as store:
         matcher = Matcher(
             compiled,
             storage=storage.value,
@@ -74,36 +96,67 @@ def match(
             pm_policy=pm_policy.value,
             pm_store=store,
         )
-        _run_match(matcher, events, ts_unit, sort, out, stats)
+        _run_match(matcher, events, ts_unit, sort, out, stats, format.value, column_types)
 
 
-def _run_match(matcher: Any, events: Path, ts_unit: TsUnitChoice, sort: bool, out: Path | None, stats: bool) -> None:
+def _load_schema(path: Path) -> dict[str, str]:
+    from engine.event_files import load_schema
+
+    try:
+        return load_schema(path)
+    except (ValueError, OSError) as e:
+        fail(f"--schema: {e}")
+
+
+def _open_out_binary(out: Path | None) -> BinaryIO:
+    if out is None:
+        return sys.stdout.buffer
+    try:
+        return open(out, "wb")
+    except OSError as e:
+        fail(f"{out}: {e.strerror or e}")
+
+
+def _run_match(
+    matcher: Any,
+    events: Path,
+    ts_unit: TsUnitChoice,
+    sort: bool,
+    out: Path | None,
+    stats: bool,
+    fmt: str = "jsonl",
+    column_types: dict[str, str] | None = None,
+) -> None:
+    from engine.match_files import MatchWriter
     from engine.matcher import LateEventError
 
-    sink = open_out(out)
+    if fmt == "parquet" and out is None:
+        fail("--format parquet needs --out FILE")
     n_events = n_late = n_matches = 0
     start = time.perf_counter()
+    sink = None
     try:
-        rows = iter_event_rows(events, ts_unit=ts_unit.value)
+        source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
         if sort:
-            rows = iter(sorted(rows, key=lambda row: row[1].order_key()))
-        for line, event in rows:
-            n_events += 1
-            try:
-                found = matcher.push(event)
-            except LateEventError as e:
-                n_late += 1
-                if n_late <= MAX_LATE_REPORTS:
-                    warn(f"{events} line {line}: {e}")
-                continue
-            for m in found:
-                sink.write(match_line(m) + "\n")
-            n_matches += len(found)
-        found = matcher.flush()
-        for m in found:
-            sink.write(match_line(m) + "\n")
-        n_matches += len(found)
+            source.sort()
+        gc.freeze()  # modules and the file's columns live to the end: keep them out of every collection
+        sink = MatchWriter(_open_out_binary(out), fmt)  # type: ignore[arg-type]
+        push, write = matcher.push, sink.write
+        for batch in source.batches():
+            for i, event in enumerate(batch, n_events):
+                try:
+                    found = push(event)
+                except LateEventError as e:
+                    n_late += 1
+                    if n_late <= MAX_LATE_REPORTS:
+                        warn(f"{events} {source.where(i)}: {e}")
+                    continue
+                if found:
+                    write(found)
+            n_events += len(batch)
+        write(matcher.flush())
         sink.flush()
+        n_matches = sink.written
     except EventFileError as e:
         fail(str(e))
     except OSError as e:
@@ -112,7 +165,7 @@ def _run_match(matcher: Any, events: Path, ts_unit: TsUnitChoice, sort: bool, ou
             raise typer.Exit(0) from None  # the reader (e.g. `head`) has enough
         fail(f"{getattr(e, 'filename', None) or events}: {e.strerror or e}")
     finally:
-        if sink is not sys.stdout:
+        if sink is not None and out is not None:
             sink.close()
     elapsed_s = time.perf_counter() - start
 

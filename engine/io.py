@@ -1,8 +1,10 @@
 """Event files in, match files out (DESIGN.md sections 3 and 12).
 
-Event files are CSV with a header ``id,type,ts,<attrs...>`` or JSONL with the same
-fields. ``ts`` is an ISO-8601 string with a UTC offset, or a number; see
-:func:`read_events` for how numbers are read. Inside, every ts is int microseconds UTC.
+Event files are CSV with a header ``id,type,ts,<attrs...>``, JSONL with the same fields, or
+Parquet with those columns, read column by column (:mod:`engine.event_files`: one type per
+column, one rule for missing values). ``ts`` is an ISO-8601 string with a UTC offset, or a
+number; see :func:`open_event_file` for how numbers are read. Inside, every ts is int
+microseconds UTC. Matches are written by :mod:`engine.match_files`.
 
 Examples
 --------
@@ -23,12 +25,24 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import orjson
+import pyarrow as pa
 
+from engine.event_files import (
+    BATCH_ROWS,
+    ColumnError,
+    EventTable,
+    HeaderError,
+    ParseError,
+    read_csv_table,
+    read_json_table,
+    read_parquet_table,
+)
 from engine.events import Event
 from engine.match import Match
+from engine.match_files import match_line
 
 TsUnit = Literal["auto", "ms", "s", "us"]
-FileFormat = Literal["auto", "csv", "jsonl"]
+FileFormat = Literal["auto", "csv", "jsonl", "parquet"]
 
 BENCH_HEADER = ("type", "key", "ts", "price")
 HEADER_FIELDS = ("id", "type", "ts")
@@ -37,7 +51,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 _INT_RE = re.compile(r"[+-]?\d+\Z")
 _DECIMAL_RE = re.compile(r"[+-]?(?:\d+\.\d*|\.\d+)\Z")
-_FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
 _DIGITS_PER_UNIT = {"us": 0, "ms": 3, "s": 6}  # decimal digits from the unit down to microseconds
 _POW10: tuple[int, ...] = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
 
@@ -50,43 +63,38 @@ class EventFileError(ValueError):
     path : str
         The file, as the caller named it.
     line : int
-        1-based line number in the file (the header is line 1 of a CSV file).
+        1-based line number in the file (the header is line 1 of a CSV file); for a
+        Parquet file, the 1-based row.
     reason : str
         One line saying what is wrong.
+    column : str | None
+        The column (attribute) of the bad value, if one.
+    position : int | None
+        Its 1-based position in a CSV header.
 
-    ``str(err)`` is ``"<path> line <line>: <reason>"``.
+    ``str(err)`` is ``"<path> line <line>: <reason>"``, or
+    ``"<path> line <line>, column <position> '<column>': <reason>"`` for a bad value.
     """
 
-    def __init__(self, path: str | Path, line: int, reason: str) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        line: int,
+        reason: str,
+        *,
+        column: str | None = None,
+        position: int | None = None,
+        where: str = "line",
+    ) -> None:
         self.path = str(path)
         self.line = line
         self.reason = reason
-        super().__init__(f"{self.path} line {line}: {reason}")
-
-
-def parse_value(text: str) -> Any:
-    """Type one CSV cell: int, float, bool (``true``/``false``, any case), else the string.
-
-    >>> parse_value("42"), parse_value("-1.5e3"), parse_value("TRUE"), parse_value("IBM")
-    (42, -1500.0, True, 'IBM')
-    """
-    if not text:
-        return text
-    if text.isascii() and text.isdigit():
-        return int(text)
-    if text[0].isalpha() and text[0] not in "iInN":  # not a number (inf/nan are floats to the regex)
-        lowered = text.lower()
-        return True if lowered == "true" else False if lowered == "false" else text
-    if _INT_RE.match(text):
-        return int(text)
-    if _FLOAT_RE.match(text):
-        return float(text)
-    lowered = text.lower()
-    if lowered == "true":
-        return True
-    if lowered == "false":
-        return False
-    return text
+        self.column = column
+        self.position = position
+        at = f"{where} {line}"
+        if column is not None:
+            at += f", column {position} {column!r}" if position is not None else f", column {column!r}"
+        super().__init__(f"{self.path} {at}: {reason}")
 
 
 def _scale(text: str, digits: int) -> int:
@@ -159,104 +167,242 @@ class TimestampParser:
         return auto_kind
 
 
-def detect_format(path: str | Path) -> Literal["csv", "jsonl"]:
-    """``jsonl`` for ``.jsonl``/``.ndjson``/``.json`` or a file starting with ``{``, else ``csv``."""
+def detect_format(path: str | Path) -> Literal["csv", "jsonl", "parquet"]:
+    """By suffix (``.jsonl``/``.ndjson``/``.json``, ``.parquet``/``.pq``, ``.csv``), else by the first bytes."""
     suffix = Path(path).suffix.lower()
     if suffix in (".jsonl", ".ndjson", ".json"):
         return "jsonl"
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
     if suffix == ".csv":
         return "csv"
-    with open(path, encoding="utf-8-sig") as f:
-        head = f.read(4096).lstrip()
-    return "jsonl" if head.startswith("{") else "csv"
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    return "jsonl" if head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n").startswith("{") else "csv"
 
 
-def iter_event_rows(
-    path: str | Path, *, ts_unit: TsUnit = "auto", format: FileFormat = "auto"
-) -> Iterator[tuple[int, Event]]:
-    """Like :func:`read_events`, yielding ``(line number, event)`` pairs."""
-    fmt = detect_format(path) if format == "auto" else format
-    parse_ts = TimestampParser(ts_unit)
-    if fmt == "csv":
-        return _csv_rows(path, parse_ts)
-    if fmt == "jsonl":
-        return _jsonl_rows(path, parse_ts)
-    raise ValueError(f"unknown event file format {format!r} (auto, csv or jsonl)")
+class EventFile:
+    """An event file read whole into typed columns (:mod:`engine.event_files`).
+
+    Use :func:`open_event_file`. ``batches()`` yields lists of events in file order (or in
+    ``(ts, id)`` order after ``sort()``); ``line(row)`` is the file line of a 0-based row.
+    """
+
+    def __init__(self, path: str | Path, fmt: str, table: EventTable) -> None:
+        self.path = path
+        self.format = fmt
+        self.table = table
+        self.rows: Any = None  # after sort(): original row of each position
+        self._lines: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    @property
+    def column_types(self) -> dict[str, str]:
+        """Attribute -> its type (one of ``engine.event_files.COLUMN_TYPES``)."""
+        return self.table.column_types
+
+    def sort(self) -> None:
+        """Order the events by ``(ts, id)`` (a stable sort; ids default to row numbers)."""
+        import numpy as np
+        import pyarrow as pa
+
+        t = self.table
+        ids = t.ids if t.ids is not None else pa.array(np.arange(1, len(t) + 1, dtype=np.int64))
+        order = np.lexsort((ids.to_numpy(), t.ts.to_numpy()))
+        take = pa.array(order)
+        self.rows = order
+        self.table = EventTable(
+            ids.take(take), t.types.take(take), t.ts.take(take),
+            {n: a.take(take) for n, a in t.attrs.items()}, t.column_types,
+        )
+
+    def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[Event]]:
+        """Events, ``rows`` at a time."""
+        return self.table.batches(rows)
+
+    def events(self) -> Iterator[Event]:
+        """Events one by one."""
+        for batch in self.batches():
+            yield from batch
+
+    def line(self, position: int) -> int:
+        """1-based file line of the event at ``position`` (its row in a Parquet file)."""
+        row = int(self.rows[position]) if self.rows is not None else position
+        if self._lines is None:
+            self._lines = _row_lines(self.path, self.format)
+        return self._lines[row] if row < len(self._lines) else row + 1
+
+    def where(self, position: int) -> str:
+        """``line N`` (CSV, JSONL) or ``row N`` (Parquet) of the event at ``position``."""
+        return f"{'row' if self.format == 'parquet' else 'line'} {self.line(position)}"
 
 
-def read_events(path: str | Path, *, ts_unit: TsUnit = "auto", format: FileFormat = "auto") -> Iterator[Event]:
-    """Read an event file, in file order.
+def open_event_file(
+    path: str | Path,
+    *,
+    ts_unit: TsUnit = "auto",
+    format: FileFormat = "auto",
+    schema: dict[str, str] | None = None,
+) -> EventFile:
+    """Read an event file into typed columns.
 
     Parameters
     ----------
     path : str or Path
-        A CSV file with a header naming ``type``, ``ts``, optionally ``id``, then
-        attributes; or a JSONL file, one object per line with the same fields
-        (flat, or attributes under an ``"attrs"`` object).
+        CSV with a header naming ``type``, ``ts``, optionally ``id``, then attributes (typed
+        headers ``name:type`` declare a column's type); JSONL, one object per line with the same
+        fields (flat, or attributes under ``"attrs"``); or Parquet with those columns.
     ts_unit : {"auto", "ms", "s", "us"}
-        Unit of numeric ts values; ``"auto"``: integers are epoch milliseconds,
-        decimals such as ``12.345`` are epoch seconds. ISO-8601 strings need an offset.
-    format : {"auto", "csv", "jsonl"}
-        ``"auto"`` decides by suffix, then by the first character.
+        Unit of numeric ts (and timestamp attribute) values; ``"auto"``: integers are epoch
+        milliseconds, decimals such as ``12.345`` epoch seconds. ISO-8601 strings need an offset.
+    format : {"auto", "csv", "jsonl", "parquet"}
+        ``"auto"`` decides by suffix, then by the first bytes.
+    schema : dict, optional
+        Attribute -> declared type (``string``, ``int``, ``float``, ``bool``, ``timestamp``); see
+        :func:`engine.event_files.load_schema`. Undeclared columns are inferred from all their values.
 
     Returns
     -------
-    Iterator[Event]
-        ts in int microseconds UTC. Without an ``id`` field, id = 1-based row number
-        (blank lines and the header do not count). CSV cells are typed by
-        :func:`parse_value`; an empty cell or a JSON ``null`` leaves the attribute out.
+    EventFile
+        Without an ``id`` column, id = 1-based row number. Missing values (empty cell, null,
+        NaN) leave the attribute out of the event.
 
     Raises
     ------
     EventFileError
-        A malformed header or row, with its line number.
+        A malformed header or a value that does not fit its column, with line and column.
     OSError
         The file cannot be read.
     """
-    for _, event in iter_event_rows(path, ts_unit=ts_unit, format=format):
-        yield event
+    fmt = detect_format(path) if format == "auto" else format
+    if ts_unit not in ("auto", "ms", "s", "us"):
+        raise ValueError(f"unknown ts unit {ts_unit!r} (auto, ms, s or us)")
+    try:
+        if fmt == "csv":
+            table = read_csv_table(path, ts_unit=ts_unit, schema=schema)
+        elif fmt == "jsonl":
+            table = read_json_table(path, ts_unit=ts_unit, schema=schema)
+        elif fmt == "parquet":
+            table = read_parquet_table(path, ts_unit=ts_unit, schema=schema)
+        else:
+            raise ValueError(f"unknown event file format {format!r} (auto, csv, jsonl or parquet)")
+    except HeaderError as e:
+        raise EventFileError(path, 1, str(e)) from None
+    except ParseError as e:
+        raise _diagnose(path, fmt, schema, str(e)) from None
+    except ColumnError as e:
+        line = _row_lines(path, fmt)[e.row] if fmt != "parquet" else e.row + 1
+        names = _csv_names(path) if fmt == "csv" else []
+        position = names.index(e.column) + 1 if e.column in names else None
+        raise EventFileError(path, line, e.reason, column=e.column, position=position,
+                             where="row" if fmt == "parquet" else "line") from None
+    pa.default_memory_pool().release_unused()  # the text columns are gone: give their memory back
+    return EventFile(path, fmt, table)
 
 
-def _csv_rows(path: str | Path, parse_ts: TimestampParser) -> Iterator[tuple[int, Event]]:
+def iter_event_rows(
+    path: str | Path, *, ts_unit: TsUnit = "auto", format: FileFormat = "auto", schema: dict[str, str] | None = None
+) -> Iterator[tuple[int, Event]]:
+    """Like :func:`read_events`, yielding ``(line number, event)`` pairs (row number for Parquet)."""
+    source = open_event_file(path, ts_unit=ts_unit, format=format, schema=schema)
+    return ((source.line(i), e) for i, e in enumerate(source.events()))
+
+
+def read_events(
+    path: str | Path, *, ts_unit: TsUnit = "auto", format: FileFormat = "auto", schema: dict[str, str] | None = None
+) -> Iterator[Event]:
+    """Read an event file, in file order (see :func:`open_event_file` for the parameters and errors)."""
+    return open_event_file(path, ts_unit=ts_unit, format=format, schema=schema).events()
+
+
+def _csv_names(path: str | Path) -> list[str]:
     with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f, skipinitialspace=True)
-        header = next(reader, None)
-        if header is None:
-            raise EventFileError(path, 1, "empty file: expected a header such as 'id,type,ts,...'")
-        names = [h.strip() for h in header]
-        _check_header(path, names)
-        i_id = names.index("id") if "id" in names else None
-        i_type, i_ts = names.index("type"), names.index("ts")
-        attr_cols = [(i, n) for i, n in enumerate(names) if n not in HEADER_FIELDS]
-        row_no = 0
+        header = next(csv.reader(f, skipinitialspace=True), [])
+    return [h.strip().rpartition(":")[0].strip() or h.strip() if ":" in h else h.strip() for h in header]
+
+
+def _row_lines(path: str | Path, fmt: str) -> list[int]:
+    """1-based line of every data row, as the readers count rows (blank lines skipped)."""
+    if fmt == "parquet":
+        return []
+    with open(path, "rb") as f:
+        data = f.read()
+    if fmt == "jsonl" or b'"' not in data:
+        lines = data.split(b"\n")
+        first = 0 if fmt == "jsonl" else 1
+        blank = (lambda t: not t.strip()) if fmt == "jsonl" else (lambda t: t in (b"", b"\r"))
+        return [n for n, text in enumerate(lines[first:], start=first + 1) if not blank(text)]
+    out = []
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        next(reader, None)
         for row in reader:
-            if not row or (len(row) == 1 and not row[0].strip()):
+            if row:
+                out.append(reader.line_num)
+    return out
+
+
+def _diagnose(path: str | Path, fmt: str, schema: dict[str, str] | None, message: str) -> EventFileError:
+    """The first bad line of a file the columnar reader refused (read again line by line)."""
+    if fmt == "csv":
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            reader = csv.reader(f)
+            header = next(reader, [])
+            for row in reader:
+                if row and len(row) != len(header):
+                    return EventFileError(path, reader.line_num, f"expected {len(header)} fields, got {len(row)}")
+        return EventFileError(path, 1, message)
+    kinds: dict[str, tuple[str, int]] = {}
+    declared = {
+        n: ("number" if k in ("int", "float") else "boolean" if k == "bool" else k)
+        for n, k in (schema or {}).items()
+        if k != "timestamp"
+    }
+    parse_ts = TimestampParser("auto")
+    with open(path, encoding="utf-8-sig") as f:
+        row_no = 0
+        for line, text in enumerate(f, start=1):
+            if not text.strip():
                 continue
-            line = reader.line_num
             row_no += 1
-            if len(row) != len(names):
-                raise EventFileError(path, line, f"expected {len(names)} fields, got {len(row)}")
             try:
-                etype = row[i_type].strip()
-                if not etype:
-                    raise ValueError("empty type")
-                event_id = _parse_id(row[i_id].strip()) if i_id is not None else row_no
-                ts = parse_ts(row[i_ts])
+                obj = json.loads(text)
+                _json_event(obj, row_no, parse_ts)
+            except json.JSONDecodeError as e:
+                return EventFileError(path, line, f"invalid JSON: {e.msg} at column {e.colno}")
             except ValueError as e:
-                raise EventFileError(path, line, str(e)) from None
-            attrs = {n: parse_value(v) for i, n in attr_cols if (v := row[i].strip())}
-            yield line, Event(event_id, etype, ts, attrs)
+                if "ts" in str(e) and "does not match the earlier rows" in str(e):
+                    parse_ts = TimestampParser("auto")
+                    continue  # unit mixing is reported by the columnar pass
+                return EventFileError(path, line, str(e))
+            flat = {k: v for k, v in obj.items() if k != "attrs"}
+            for name, value in (flat | (obj.get("attrs") or {})).items():
+                if value is None:
+                    continue
+                kind = _json_kind(value)
+                want = declared.get(name)
+                if want is not None and kind != want:
+                    return EventFileError(path, line, f"a {kind}, but the column is {schema[name]}", column=name)  # type: ignore[index]
+                if want == "number" and (schema or {}).get(name) == "int" and isinstance(value, float):
+                    return EventFileError(path, line, f"{value!r} is not an int", column=name)
+                seen = kinds.setdefault(name, (kind, line))
+                if seen[0] != kind:
+                    return EventFileError(
+                        path, line, f"a {kind}, but line {seen[1]} has a {seen[0]} (one type per column)", column=name
+                    )
+    return EventFileError(path, 1, message)
 
 
-def _check_header(path: str | Path, names: list[str]) -> None:
-    missing = [n for n in ("type", "ts") if n not in names]
-    if missing:
-        raise EventFileError(path, 1, f"header lacks {', '.join(repr(m) for m in missing)} (got {','.join(names)})")
-    if "" in names:
-        raise EventFileError(path, 1, f"empty column name in header (column {names.index('') + 1})")
-    dupes = sorted({n for n in names if names.count(n) > 1})
-    if dupes:
-        raise EventFileError(path, 1, f"duplicate column {dupes[0]!r} in header")
+def _json_kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "string" if isinstance(value, str) else "nested value"
 
 
 def _parse_id(raw: object) -> int:
@@ -267,22 +413,8 @@ def _parse_id(raw: object) -> int:
     raise ValueError(f"id must be an integer, got {json.dumps(raw)}")
 
 
-def _jsonl_rows(path: str | Path, parse_ts: TimestampParser) -> Iterator[tuple[int, Event]]:
-    with open(path, encoding="utf-8-sig") as f:
-        row_no = 0
-        for line, text in enumerate(f, start=1):
-            if not text.strip():
-                continue
-            row_no += 1
-            try:
-                yield line, _json_event(json.loads(text), row_no, parse_ts)
-            except json.JSONDecodeError as e:
-                raise EventFileError(path, line, f"invalid JSON: {e.msg} at column {e.colno}") from None
-            except ValueError as e:
-                raise EventFileError(path, line, str(e)) from None
-
-
-def _json_event(obj: object, row_no: int, parse_ts: TimestampParser) -> Event:
+def _json_event(obj: object, row_no: int, parse_ts: TimestampParser) -> None:
+    """Check one JSONL object's header fields and attribute shapes (ValueError with the reason)."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     etype = obj.get("type")
@@ -290,20 +422,16 @@ def _json_event(obj: object, row_no: int, parse_ts: TimestampParser) -> Event:
         raise ValueError("missing or empty 'type'")
     if "ts" not in obj:
         raise ValueError("missing 'ts'")
-    event_id = _parse_id(obj["id"]) if obj.get("id") is not None else row_no
-    ts = parse_ts(obj["ts"])
-    flat = {k: v for k, v in obj.items() if k not in HEADER_FIELDS and k != "attrs"}
+    if obj.get("id") is not None:
+        _parse_id(obj["id"])
+    parse_ts(obj["ts"])
     nested = obj.get("attrs")
     if nested is not None and not isinstance(nested, dict):
         raise ValueError("'attrs' must be a JSON object")
-    attrs: dict[str, Any] = {}
+    flat = {k: v for k, v in obj.items() if k not in HEADER_FIELDS and k != "attrs"}
     for name, value in (flat | (nested or {})).items():
-        if value is None:
-            continue
-        if not isinstance(value, (str, int, float, bool)):
+        if isinstance(value, (dict, list)):
             raise ValueError(f"attribute {name!r}: nested objects and arrays are not supported")
-        attrs[name] = value
-    return Event(event_id, etype, ts, attrs)
 
 
 def load_bench_stream(path: str | Path) -> list[Event]:
@@ -341,22 +469,13 @@ def load_bench_stream(path: str | Path) -> list[Event]:
     return events
 
 
-def match_line(match: Match) -> str:
-    """One match as a compact JSON line (no newline): ``Match.to_json()``.
-
-    Values JSON cannot hold natively (e.g. a Decimal in a RETURN field) are written as strings.
-    """
-    return orjson.dumps(match.to_json(), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
-
-
 def write_matches(matches: Iterable[Match], out: TextIO) -> int:
     """Write matches as JSONL, one object per line; returns how many were written."""
-    n = 0
-    for m in matches:
-        out.write(match_line(m))
+    lines = [match_line(m) for m in matches]
+    if lines:
+        out.write("\n".join(lines))
         out.write("\n")
-        n += 1
-    return n
+    return len(lines)
 
 
 def match_wire(match: Match) -> str:

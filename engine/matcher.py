@@ -135,6 +135,17 @@ class Matcher:
             PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch, query_id=pm_query_id)
             if pm_capacity is not None else None
         )
+        # the common case, released inline by push(): one plan, events in order, no spilling, no trailing
+        # negation, no strict contiguity, a single-attribute partition key (or none)
+        self._simple = (
+            self._in_order
+            and not self._multi
+            and self.pmb is None
+            and not self._strict
+            and not self._trailing_types
+            and (self._key_attr is not None or not pb)
+        )
+        self._window_us = w
 
     # ------------------------------------------------------------------ public API
 
@@ -150,6 +161,27 @@ class Matcher:
         if event.type not in self._types:
             self.counters.ignored += 1
             return []
+        if self._simple:
+            # _release() inlined for the common case (see __init__); same effects, same order
+            ts = event.ts
+            last_ts, last_id = self.last_released
+            if (ts > last_ts or (ts == last_ts and event.id > last_id)) and ts > self.watermark:
+                self.max_seen = ts
+                self.last_released = (ts, event.id)
+                counters = self.counters
+                counters.events += 1
+                key = event.attrs.get(self._key_attr) if self._key_attr is not None else None
+                states = self.states.get(key)
+                if states is None:
+                    states = self.states[key] = [self.engines[0].new_state()]
+                out = self._out = []
+                self.engines[0].process(states[0], event, out)
+                if ts >= self._next_sweep and self._window_us is not None:
+                    self._sweep(ts)
+                    self._next_sweep = ts + max(self._window_us, SWEEP_EVERY_US)
+                if out:
+                    counters.emitted += len(out)
+                return out
         out = self._out = []
         if self._in_order:
             # no lateness allowed and nothing buffered: release at once when in (ts, id) order

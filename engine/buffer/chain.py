@@ -215,15 +215,25 @@ class ChainStorage:
         """CombineMatch for all-single plans with nothing left to check: Matches built in place."""
         name = self.query_name
         layout = self.plan.layout
+        append = out.append
         for p in preds:
             if p[3] < lb:
                 continue
             ev = p[0]
             if p[4]:
                 if ev.ts >= lb:
-                    out.append(Match(name, None, ev.ts, end, None, layout, (ev,) + suffix))
+                    append(Match(name, None, ev.ts, end, None, layout, (ev,) + suffix))
+                continue
+            below = p[2]
+            if below and below[0][4]:
+                # all slots single: the predecessors are all slot-0 nodes, i.e. start nodes (max_start == ts)
+                tail = (ev,) + suffix
+                for q in below:
+                    first = q[0]
+                    if first.ts >= lb:
+                        append(Match(name, None, first.ts, end, None, layout, (first,) + tail))
             else:
-                self._combine_fast(p[2], (ev,) + suffix, lb, end, out)
+                self._combine_fast(below, (ev,) + suffix, lb, end, out)
 
     def combine(
         self, state: ChainState, preds: list[Node], suffix: tuple | None, last: Event, lb: int, out: list[Match]

@@ -5,6 +5,10 @@ form ``{"type": T, "ts": TS, "id"?: int, "<attr>": value, ...}`` (the ``lace mat
 form). ``ts`` and ``timestamp`` attributes are ISO-8601 strings with a UTC offset or epoch
 milliseconds (a number); inside they become int microseconds UTC. Every attribute of the
 type is required; unknown attributes are refused.
+
+Missing values follow the rule of event files (engine/event_files.py): an attribute given as
+``null`` (and without a default) is missing: left out of the event, so every comparison with it is
+false. ``NaN`` is not JSON and is refused with the body.
 """
 from __future__ import annotations
 
@@ -236,6 +240,8 @@ def validate_event(raw: Any, types: Mapping[str, TypeSpec]) -> tuple[TypeSpec, i
         if v is _MISSING:
             raise EventInvalid(prefix + attr, f"is required by type {spec.name}")
         known += 1
+        if v is None:  # null without a default: a missing value, left out of the event
+            continue
         try:
             out[attr] = check(v)
         except ValueError as e:

@@ -102,6 +102,19 @@ def test_event_validation_types_and_units() -> None:
         assert e.value.field == field
 
 
+def test_event_validation_null_is_a_missing_value_and_nan_is_refused() -> None:
+    spec = TypeSpec("T", {"s": "string", "f": "float"}, None, 0)
+    _, _, _, attrs = validate_event({"type": "T", "ts": 1, "s": None, "f": 2.5}, {"T": spec})
+    assert attrs == {"f": 2.5}  # as an empty CSV cell or a JSONL null: left out of the event
+    _, _, _, attrs = validate_event({"type": "T", "ts": 1, "attrs": {"s": "x", "f": None}}, {"T": spec})
+    assert attrs == {"s": "x"}
+    with pytest.raises(EventInvalid) as e:
+        validate_event({"type": "T", "ts": 1, "s": "x"}, {"T": spec})
+    assert e.value.field == "f"  # absent is still refused: the attribute must be given, null or not
+    with pytest.raises(BodyError):
+        parse_body(b'{"type": "T", "ts": 1, "s": "x", "f": NaN}', "application/json")
+
+
 def test_docs_rest_md_matches_the_openapi_schema() -> None:
     from service.api.docs_md import OUT, openapi, render
 

@@ -1,0 +1,282 @@
+"""Typed event files: one type per column, one rule for missing values, CSV = JSONL = Parquet."""
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+import sys
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.compiler import compile_query
+from engine.events import Event
+from engine.io import EventFileError, open_event_file, read_events
+from engine.match import Match
+from engine.match_files import MatchWriter, match_line, match_lines
+from engine.matcher import Matcher
+
+HEX = ["060030", "3964e8", "86e430", "3e4082", "4ca7b5"]
+
+
+def _matches(path, query, **kw):
+    m = Matcher(compile_query(query))
+    out = []
+    for e in read_events(path, **kw):
+        out.extend(match_line(x) for x in m.push(e))
+    out.extend(match_line(x) for x in m.flush())
+    return out
+
+
+def _rows(n=300, seed=7):
+    """Flight-like rows with hex ids, missing altitudes (as None) and NaN speeds."""
+    rnd = random.Random(seed)
+    rows = []
+    for i in range(n):
+        alt = rnd.choice([None, 5000, 5000.0, 6000.5, float("nan")])
+        speed = rnd.choice([None, rnd.uniform(100, 300), float("nan")])
+        rows.append({"type": rnd.choice("ABC"), "ts": 1_000 * (i + 1), "icao": rnd.choice(HEX), "alt": alt,
+                     "speed": speed, "ok": rnd.choice([True, False, None])})
+    return rows
+
+
+def _write_all(tmp_path, rows, csv_nan="NaN", json_nan="NaN"):
+    """The same rows as CSV (empty cells / NaN text), JSONL (null / NaN) and Parquet (null / NaN)."""
+    def cell(v):
+        if v is None:
+            return ""
+        if isinstance(v, float) and math.isnan(v):
+            return csv_nan
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        return str(v)
+
+    names = list(rows[0])
+    csv_path = tmp_path / "ev.csv"
+    csv_path.write_text(",".join(names) + "\n" + "".join(",".join(cell(r[n]) for n in names) + "\n" for r in rows))
+    jsonl = tmp_path / "ev.jsonl"
+    jsonl.write_text("".join(json.dumps(r).replace("NaN", json_nan) + "\n" for r in rows))
+    parquet = tmp_path / "ev.parquet"
+    pq.write_table(pa.table({
+        "type": pa.array([r["type"] for r in rows]),
+        "ts": pa.array([r["ts"] for r in rows], pa.int64()),
+        "icao": pa.array([r["icao"] for r in rows]),
+        "alt": pa.array([r["alt"] for r in rows], pa.float64()),
+        "speed": pa.array([r["speed"] for r in rows], pa.float64()),
+        "ok": pa.array([r["ok"] for r in rows], pa.bool_()),
+    }), parquet)
+    return csv_path, jsonl, parquet
+
+
+QUERIES = [
+    "PATTERN SEQ(A a, B b, C c) WHERE a.alt != 5000 AND b.speed > 150 PARTITION BY icao WITHIN 20 s",
+    "PATTERN SEQ(A a, B+ b[], C c) WHERE b[i].speed > b[i-1].speed AND NOT (c.alt = 5000) "
+    "PARTITION BY icao WITHIN 10 s",
+    "PATTERN SEQ(A a, !B n, C c) WHERE n.ok = true AND c.alt >= a.alt WITHIN 5 s",
+]
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_csv_jsonl_and_parquet_copies_give_the_same_matches(tmp_path, query):
+    csv_path, jsonl, parquet = _write_all(tmp_path, _rows())
+    # Parquet ts integers are ms like the others (auto unit)
+    expected = _matches(csv_path, query)
+    assert expected, "the query should find something"
+    assert _matches(jsonl, query) == expected
+    assert _matches(parquet, query) == expected
+
+
+def test_missing_values_behave_the_same_in_every_format(tmp_path):
+    rows = [{"type": "A", "ts": 1, "icao": "x", "alt": a, "speed": 1.0, "ok": True} for a in (None, float("nan"))]
+    rows.append({"type": "A", "ts": 3, "icao": "x", "alt": 7000.0, "speed": 1.0, "ok": True})
+    for csv_nan, json_nan in (("NaN", "NaN"), ("nan", "null"), ("null", "NaN"), ("NULL", "null")):
+        sub = tmp_path / f"{csv_nan}-{json_nan}"
+        sub.mkdir()
+        for path in _write_all(sub, rows, csv_nan, json_nan):
+            events = list(read_events(path))
+            assert ["alt" in e.attrs for e in events] == [False, False, True], path
+    # a comparison with a missing value is false, whichever way it was written
+    csv_path, jsonl, parquet = _write_all(tmp_path, rows)
+    q = "PATTERN SEQ(A a) WHERE a.alt != 5000"
+    assert len(_matches(csv_path, q)) == len(_matches(jsonl, q)) == len(_matches(parquet, q)) == 1
+
+
+def test_hex_identifiers_stay_strings_in_every_row(write_file):
+    path = write_file("ev.csv", "type,ts,icao\n" + "".join(f"A,{i + 1},{h}\n" for i, h in enumerate(HEX)))
+    source = open_event_file(path)
+    assert source.column_types == {"icao": "string"}
+    assert [e.attrs["icao"] for e in source.events()] == HEX
+    # '86e430' and '3e4082' are two keys, not one 'inf'
+    m = Matcher(compile_query("PATTERN SEQ(A a) PARTITION BY icao"))
+    for e in read_events(path):
+        m.push(e)
+    assert m.stats()["keys"] == len(HEX)
+
+
+@pytest.mark.parametrize(
+    ("values", "kind", "first"),
+    [
+        (["1", "2", "-3"], "int", 1),
+        (["1", "2.5", "1e3"], "float", 1.0),
+        (["007", "8"], "string", "007"),  # a leading zero: an identifier
+        (["1e400", "2"], "string", "1e400"),  # not a finite float
+        (["99999999999999999999", "1"], "string", "99999999999999999999"),
+        (["true", "False"], "bool", True),
+        (["true", "1"], "string", "true"),
+        (["x", ""], "string", "x"),
+    ],
+)
+def test_a_column_is_typed_from_all_its_values(write_file, values, kind, first):
+    path = write_file("ev.csv", "type,ts,v\n" + "".join(f"A,{i + 1},{v}\n" for i, v in enumerate(values)))
+    source = open_event_file(path)
+    assert source.column_types == {"v": kind}
+    assert next(source.events()).attrs["v"] == first
+
+
+def test_typed_header_declares_column_types(write_file):
+    path = write_file("ev.csv", "type,ts:timestamp,key:string,speed:float,n:int,ok:bool,seen:timestamp\n"
+                                "A,1.5,0042,3,7,TRUE,2024-01-01T00:00:00Z\n")
+    [e] = list(read_events(path))
+    assert e == Event(1, "A", 1_500_000, {"key": "0042", "speed": 3.0, "n": 7, "ok": True,
+                                          "seen": 1_704_067_200_000_000})
+    assert type(e.attrs["speed"]) is float
+
+
+@pytest.mark.parametrize(
+    ("header", "cell", "col", "reason"),
+    [
+        ("n:int", "1.5", 3, "'1.5' is not an int"),
+        ("n:int", "99999999999999999999", 3, "out of the int64 range"),
+        ("n:float", "fast", 3, "'fast' is not a float"),
+        ("n:bool", "yes", 3, "is not a bool"),
+        ("n:timestamp", "noon", 3, "neither a number nor an ISO-8601"),
+    ],
+)
+def test_a_value_that_does_not_fit_its_declared_column_is_an_error_with_line_and_column(
+    write_file, header, cell, col, reason
+):
+    good = "true" if header.endswith("bool") else "1"
+    path = write_file("ev.csv", f"type,ts,{header}\nA,1,{good}\n\nA,2,{cell}\n")
+    with pytest.raises(EventFileError, match=reason) as err:
+        open_event_file(path)
+    assert (err.value.line, err.value.column, err.value.position) == (4, "n", col)
+    assert str(err.value).startswith(f"{path} line 4, column {col} 'n': ")
+
+
+def test_unknown_type_in_header_is_an_error(write_file):
+    path = write_file("ev.csv", "type,ts,n:integer\nA,1,1\n")
+    with pytest.raises(EventFileError, match=r"line 1: column 'n': unknown type 'integer'"):
+        open_event_file(path)
+
+
+def test_jsonl_schema_declares_types_and_mismatch_is_an_error_with_line(write_file):
+    schema = write_file("schema.json", '{"key": "string", "n": "int"}')
+    from engine.event_files import load_schema
+
+    types = load_schema(schema)
+    first = '{"type": "A", "ts": 1, "key": "060030", "n": 1}\n'
+    path = write_file("ev.jsonl", first + '{"type": "A", "ts": 2, "key": "x", "n": 2.5}\n')
+    with pytest.raises(EventFileError, match=r"line 2, column 'n': 2.5 is not an int"):
+        open_event_file(path, schema=types)
+    path = write_file("ok.jsonl", first + '{"type": "A", "ts": 2, "key": "x"}\n')
+    assert [e.attrs for e in read_events(path, schema=types)] == [{"key": "060030", "n": 1}, {"key": "x"}]
+
+
+def test_jsonl_column_changing_type_is_an_error_with_line(write_file):
+    path = write_file("ev.jsonl", '{"type": "A", "ts": 1, "k": 60030}\n\n{"type": "A", "ts": 2, "k": "3964e8"}\n')
+    with pytest.raises(EventFileError, match=r"line 3, column 'k': a string, but line 1 has a number"):
+        open_event_file(path)
+
+
+def test_jsonl_ints_and_floats_make_a_float_column(write_file):
+    path = write_file("ev.jsonl", '{"type": "A", "ts": 1, "x": 1}\n{"type": "A", "ts": 2, "x": 2.5}\n')
+    assert [e.attrs["x"] for e in read_events(path)] == [1.0, 2.5]
+
+
+def test_parquet_timestamps_and_row_errors(tmp_path):
+    path = tmp_path / "ev.parquet"
+    ts = pa.array([1_000_000, 2_000_000], pa.timestamp("us", "UTC"))
+    pq.write_table(pa.table({"type": ["A", "B"], "ts": ts, "id": [5, 9], "x": [1.5, None]}), path)
+    assert list(read_events(path)) == [Event(5, "A", 1_000_000, {"x": 1.5}), Event(9, "B", 2_000_000, {})]
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"type": ["A", ""], "ts": [1, 2]}), bad)
+    with pytest.raises(EventFileError, match=r"row 2, column 'type': empty type"):
+        open_event_file(bad)
+
+
+def test_sort_orders_by_ts_then_id_and_keeps_lines(write_file):
+    path = write_file("ev.csv", "id,type,ts\n3,A,2\n1,A,2\n2,A,1\n")
+    source = open_event_file(path)
+    source.sort()
+    assert [e.id for e in source.events()] == [2, 1, 3]
+    assert [source.line(i) for i in range(3)] == [4, 3, 2]
+
+
+def test_match_line_equals_orjson_of_to_json():
+    a, b1, b2, c = (Event(i, t, i * 10, {}) for i, t in [(1, "A"), (2, "B"), (3, "B"), (4, "C")])
+    layouts = [
+        (("a", "b", "c"), ("a", "b", "c"), (False, True, False)),
+        (("a", "b", "c", "d"), ("a", "c"), (False, False)),
+        (("x%d", 'q"'), ("x%d", 'q"'), (False, False)),
+    ]
+    envs = [(a, (b1, b2), c), (a, c), (a, c)]
+    for layout, env in zip(layouts, envs):
+        for name, fields in [(None, None), ("q%s", {"k": 1.5, "s": "é"}), ("n", {})]:
+            m = Match(name, None, 10, 40, fields, layout, env)
+            expected = orjson.dumps(m.to_json(), option=orjson.OPT_NON_STR_KEYS).decode()
+            assert match_line(m) == expected
+            assert match_lines([m, m]) == [expected, expected]
+
+
+def test_match_writer_parquet_holds_the_jsonl_content(tmp_path):
+    a, b, c = (Event(i, t, i, {}) for i, t in [(1, "A"), (2, "B"), (3, "C")])
+    layout = (("a", "b"), ("a", "b"), (False, True))
+    ms = [Match("q", None, 1, 3, {"f": 1}, layout, (a, (b, c))), Match("q", None, 2, 3, {"f": 2}, layout, (b, (c,)))]
+    with MatchWriter(tmp_path / "m.parquet", "parquet", batch=1) as w:
+        w.write(ms)
+    assert pq.read_table(tmp_path / "m.parquet").to_pylist() == [m.to_json() for m in ms]
+
+
+def test_lace_match_formats_and_schema(tmp_path):
+    ev = tmp_path / "ev.jsonl"
+    ev.write_text('{"type": "A", "ts": 1, "k": "007"}\n{"type": "B", "ts": 2, "k": "007"}\n')
+    q = tmp_path / "q.lql"
+    q.write_text("PATTERN SEQ(A a, B b) PARTITION BY k")
+    schema = tmp_path / "s.json"
+    schema.write_text('{"k": "string"}')
+    base = [sys.executable, "-m", "cli", "match", "-q", str(q), "-e", str(ev), "--schema", str(schema)]
+    out = subprocess.run(base, capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == {"query": None, "events": {"a": [1], "b": [2]}, "start": 1000, "end": 2000, "fields": {}}
+    pq_out = tmp_path / "m.parquet"
+    subprocess.run([*base, "--format", "parquet", "--out", str(pq_out)], check=True)
+    expected = json.loads(out)
+    del expected["fields"]  # no RETURN: no fields column
+    assert pq.read_table(pq_out).to_pylist() == [expected]
+    schema.write_text('{"k": "int"}')
+    r = subprocess.run(base, capture_output=True, text=True)
+    assert r.returncode == 2 and "line 1, column 'k': a string, but the column is int" in r.stderr
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_every_attribute_count_builds_the_same_events(write_file, k):
+    names = [f"x{i}" for i in range(k)]
+    rows = [[str(r * 10 + i) if (r + i) % 3 else "" for i in range(k)] for r in range(4)]
+    body = "".join(f"A,{r + 1}," + ",".join(row) + "\n" for r, row in enumerate(rows))
+    text = "type,ts," + ",".join(names) + "\n" + body
+    got = [e.attrs for e in read_events(write_file("ev.csv", text))]
+    assert got == [{n: int(v) for n, v in zip(names, row) if v} for row in rows]
+
+
+def test_match_writer_parquet_fast_columns_equal_the_general_ones(tmp_path):
+    evs = [Event(i, "T", i, {}) for i in range(1, 7)]
+    layout = (("a", "b", "c"), ("a", "b", "c"), (False, False, False))
+    ms = [Match("q", None, i, i + 2, None, layout, tuple(evs[i : i + 3])) for i in range(4)]
+    with MatchWriter(tmp_path / "fast.parquet", "parquet", batch=3) as w:
+        w.write(ms)
+    got = pq.read_table(tmp_path / "fast.parquet")
+    expected = [{k: v for k, v in m.to_json().items() if k != "fields"} for m in ms]
+    assert got.to_pylist() == expected
+    assert got.schema.field("events").type == pa.struct([(v, pa.list_(pa.int64())) for v in "abc"])
