@@ -89,6 +89,7 @@ def start_service(tmp: Path, port: int, extra_env: dict[str, str] | None = None)
         LACE_LOG_LEVEL="warning",
         LACE_SECRET_KEY="bench-" + "k" * 40,
         LACE_WEBHOOK_POLL_S="0.5",
+        LACE_WEBHOOK_ALLOW_LOOPBACK="true",  # the receiver listens on 127.0.0.1
     )
     key = subprocess.run(
         [sys.executable, "-m", "cli", "keys", "create", "-s", "admin", "-s", "ingest", "-s", "read"],

@@ -55,6 +55,7 @@ class ServiceProcess:
             LACE_BOOTSTRAP_ADMIN_KEY=self.key,
             LACE_LOG_LEVEL="warning",
             LACE_ACCESS_LOG="false",
+            LACE_WEBHOOK_ALLOW_LOOPBACK="true",  # the demo's receiver listens on 127.0.0.1
             PYTHONUNBUFFERED="1",
         )
         env.update({f"LACE_{k.upper()}": str(v) for k, v in (settings or {}).items()})

@@ -101,7 +101,9 @@ def test_match_bad_event_row_reports_file_and_line(write_file):
     query = write_file("q.lql", "PATTERN SEQ(A a, B b)\n")
     events = write_file("ev.csv", "type,ts\nA,1\nB,soon\n")
     result = invoke("match", "-q", str(query), "-e", str(events))
-    assert_user_error(result, f"error: {events} line 3, column 2 'ts': ts 'soon' is neither a number nor an ISO-8601 timestamp")
+    assert_user_error(
+        result, f"error: {events} line 3, column 2 'ts': ts 'soon' is neither a number nor an ISO-8601 timestamp"
+    )
 
 
 def test_match_bad_pm_store_url_is_a_one_line_error(write_file):
