@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import metadata
@@ -167,6 +168,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics = Metrics()
+        sys.setswitchinterval(settings.thread_switch_interval_ms / 1_000)
         engine, sessions, runtime = await anyio.to_thread.run_sync(lambda: start_services(settings, metrics))
         dispatcher = Dispatcher(sessions=sessions, settings=settings, metrics=metrics)
         app.state.settings, app.state.metrics = settings, metrics

@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     """Longest WITHIN a query may have (a restart replays that much of the archive)."""
     max_lookback_s: Annotated[float, Field(gt=0)] = 366 * 86_400.0
     """Longest LOOKBACK a live-and-archived query may have."""
+    thread_switch_interval_ms: Annotated[float, Field(gt=0, le=100)] = 1.0
+    """Python's thread switch interval in the service (``sys.setswitchinterval``): live-and-archived workers
+    and archive requests run on threads; a shorter interval than Python's 5 ms keeps them from holding ingest
+    up each time it waits for I/O (the convoy effect)."""
     pm_capacity: Annotated[int | None, Field(ge=1)] = 100_000
     """Partial matches a query keeps in memory by default (``pm_capacity`` per query overrides it); beyond it
     STPM (or TPM) spills to the database's partial-match table (001 section 5). Unset (empty): no budget."""
