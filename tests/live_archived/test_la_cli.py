@@ -126,12 +126,8 @@ def test_replay_user_errors_are_one_line(files, write_file):
         invoke("replay", "-q", str(query), "-e", str(archive / "none.csv"), "--archive", str(archive)),
         f"error: {archive / 'none.csv'}: no such file",
     )
-    mixed = write_file("mixed.csv", "id,type,ts,car,at\n1,Pass,1,x,A\n2,Pass,2,7,B\n")
-    if shutil.which("java") is not None:  # the archive types are inferred before Spark starts
-        assert_user_error(
-            invoke("replay", "-q", str(query), "-e", str(mixed), "--archive", str(archive)),
-            "error: attribute 'car' of type Pass has string and int values",
-        )
+    # (a column mixing 'x' and 7 is one string column since event files are typed per column: no error)
+    if shutil.which("java") is not None:  # the archive directory is checked before Spark starts
         archive.mkdir()
         (archive / "old").write_text("x")
         assert_user_error(
