@@ -252,10 +252,13 @@ def test_sigkill_with_open_subwindows_loses_and_repeats_no_alert(la_service: Ser
         "JOIN p.car = q.car AND p.ts - q.ts < 20 min\nRETURN p.car AS car, q.ts AS entered"
     )
     cars = 240
-    archived = [Event(1 + i, "pass", (base_ms + i * 60_000) * 1000, {"car": i, "at": "A"}) for i in range(cars)]
+    # producer ids of their own: the demo test before posted ids 1..n into this service (idempotent ingest)
+    archived = [
+        Event(50_000_000 + i, "pass", (base_ms + i * 60_000) * 1000, {"car": i, "at": "A"}) for i in range(cars)
+    ]
     half = cars // 2
     live = [
-        Event(10_000 + i, "pass", (base_ms + i * 60_000 + 300_000) * 1000, {"car": i, "at": "B"})
+        Event(60_000_000 + i, "pass", (base_ms + i * 60_000 + 300_000) * 1000, {"car": i, "at": "B"})
         for i in range(half, cars)
         if i % 3 != 0  # a third of the cars never reach B
     ]
