@@ -22,6 +22,8 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.limits import QueryLimits
+from service.api.content_type import ContentTypeMiddleware
+from service.api.docs_ui import install_docs
 from service.api.limits import BodyLimitMiddleware
 from service.api.routes import alerts, backfills, deliveries, event_types, events, health, keys, queries, webhooks
 from service.core.config import Settings, get_settings
@@ -162,7 +164,8 @@ async def _checkpoints(runtime: LiveRuntime, every_s: float) -> None:
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """The LACE REST service (OpenAPI at ``/docs`` and ``/openapi.json``)."""
+    """The LACE REST service (OpenAPI at ``/openapi.json``; Swagger UI at ``/docs`` and ReDoc at ``/redoc``,
+    their assets served by the service itself)."""
     settings = settings or get_settings()
 
     @asynccontextmanager
@@ -213,9 +216,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version=_version(),
         summary="Live-and-archived complex event detection: register LQL queries, ingest events, get alerts.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     install_handlers(app)
+    install_docs(app)
+    app.add_middleware(ContentTypeMiddleware)
     app.add_middleware(
         BodyLimitMiddleware, ingest_bytes=settings.max_body_bytes, other_bytes=settings.max_admin_body_bytes
     )

@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 from lark.tree import Meta
 
@@ -29,6 +29,9 @@ _GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 _UNIT_US = UNIT_US  # one unit table for LQL, the CLI and the REST API
 _COMPARE_OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _DURATION_HINT = "expected a duration such as '10 min'"
+MAX_DEPTH = 128
+"""Deepest syntax tree accepted (nested patterns, operators and clauses): the transformer, the checks
+and the compiler recurse over it, so a deeper one is a :class:`QueryError`, not a RecursionError."""
 
 
 @lru_cache(maxsize=1)
@@ -370,11 +373,26 @@ def _syntax_error(err: UnexpectedInput) -> QueryError:
 # -------------------------------------------------------------------- public entry points
 
 
+def _check_depth(tree: Tree[Token], limit: int = MAX_DEPTH) -> None:
+    """Raise a QueryError at the first node nested deeper than ``limit`` (iterative: no recursion)."""
+    stack: list[tuple[Tree[Token], int]] = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            meta = node.meta
+            line, column = (meta.line, meta.column) if not meta.empty else (0, 0)
+            reason = f"the query is nested too deeply (more than {limit} levels of patterns and operators)"
+            raise QueryError(reason, line, column)
+        # children pushed right to left: the leftmost node past the limit is the one reported
+        stack.extend((child, depth + 1) for child in reversed(node.children) if isinstance(child, Tree))
+
+
 def _run(text: str, start: str) -> tuple[Any, dict[str, tuple[PartitionRef, ...]]]:
     try:
         tree = _lark().parse(text, start=start)
     except UnexpectedInput as err:
         raise _syntax_error(err) from None
+    _check_depth(tree)
     builder = _ToAst()
     try:
         return builder.transform(tree), builder.partitions

@@ -2,11 +2,17 @@
 
 ``field`` is a dotted path into the request (``body.url``, ``query.since``,
 ``events[3].attrs.price``); ``reason`` is one sentence. Extra keys carry what a client
-needs to fix the input (``line``/``column`` for LQL, ``index`` for events).
+needs to fix the input (``line``/``column`` for LQL and malformed JSON, ``index`` for events).
+
+Values from the request are never echoed back whole: every run of more than
+:data:`MAX_ECHO` characters without a space in a ``field`` or ``reason`` is cut (:func:`clip`).
+Malformed JSON is a 400 with ``field: body`` and the line and column, on every route.
+A 405 names in ``Allow`` every method the path supports.
 """
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -16,9 +22,53 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+MAX_ECHO = 64
+"""Longest run of non-space characters echoed back in an error (a value from the request, cut beyond)."""
+MAX_REASON = 1024
+"""Longest ``reason`` or ``field`` in an error, in characters, after the runs are cut."""
+_LONG_RUN = re.compile(rf"\S{{{MAX_ECHO + 1},}}")
+
+
+def clip(text: str) -> str:
+    """``text`` with every run of more than :data:`MAX_ECHO` non-space characters cut to its start,
+    ``…`` and the run's length, and the whole capped at :data:`MAX_REASON` characters.
+
+    >>> clip("unknown event type " + "S" * 100)
+    'unknown event type SSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSSS… (100 characters)'
+    """
+
+    def cut(m: re.Match[str]) -> str:
+        run = m.group(0)
+        return f"{run[:40]}… ({len(run)} characters)"
+
+    out = _LONG_RUN.sub(cut, text)
+    return out if len(out) <= MAX_REASON else out[:MAX_REASON] + "…"
+
+
+def clip_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The error objects with their string values clipped (:func:`clip`)."""
+    return [{k: clip(v) if isinstance(v, str) else v for k, v in e.items()} for e in errors]
+
+
+def line_column(doc: str | bytes, pos: int) -> tuple[int, int]:
+    """1-based line and column of character offset ``pos`` in ``doc``.
+
+    >>> line_column("ab" + chr(10) + "cd", 4)
+    (2, 2)
+    """
+    text = doc.decode("utf-8", "replace") if isinstance(doc, bytes) else doc
+    pos = max(0, min(pos, len(text)))
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def malformed_json(reason: str, line: int, column: int) -> ApiError:
+    """The one answer to malformed JSON, on every route: 400 on ``body`` with the 1-based line and column."""
+    return ApiError(400, f"malformed JSON: {reason} (line {line}, column {column})", "body", line=line, column=column)
 
 
 class ApiError(Exception):
@@ -61,28 +111,47 @@ def _loc(loc: Sequence[Any]) -> str:
     return out
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route of the app serves at the request's path (for ``Allow`` on a 405)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install_handlers(app: FastAPI) -> None:
     """Register the handlers that give every error the shape above."""
 
+    def _answer(exc: ApiError) -> JSONResponse:
+        return JSONResponse({"detail": clip_errors(exc.errors)}, status_code=exc.status, headers=exc.headers)
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"detail": exc.errors}, status_code=exc.status, headers=exc.headers)
+        return _answer(exc)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
         for err in exc.errors():
             loc = list(err.get("loc", ()))
+            if err.get("type") == "json_invalid" and len(loc) == 2 and isinstance(loc[1], int):
+                ctx = err.get("ctx") or {}
+                line, column = line_column(exc.body or b"", loc[1])
+                return _answer(malformed_json(str(ctx.get("error", "invalid")), line, column))
             errors.append(
                 {"field": _loc(loc) or None, "reason": str(err.get("msg", "invalid")), "type": err.get("type")}
             )
-        return JSONResponse({"detail": errors}, status_code=422)
+        return JSONResponse({"detail": clip_errors(errors)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            {"detail": [{"field": None, "reason": str(exc.detail)}]}, status_code=exc.status_code, headers=exc.headers
-        )
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        body = {"detail": clip_errors([{"field": None, "reason": str(exc.detail)}])}
+        return JSONResponse(body, status_code=exc.status_code, headers=headers or None)
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:

@@ -29,12 +29,13 @@ _MISSING = object()
 
 
 class BodyError(ValueError):
-    """A body that is not JSON / NDJSON: nothing in it is taken."""
+    """A body that is not JSON / NDJSON (``column`` set: malformed, at ``line``/``column``): nothing is taken."""
 
-    def __init__(self, reason: str, line: int | None = None) -> None:
+    def __init__(self, reason: str, line: int | None = None, column: int | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.line = line
+        self.column = column
 
 
 class EventInvalid(ValueError):
@@ -65,7 +66,7 @@ def parse_body(body: bytes, content_type: str) -> list[tuple[Any, int | None]]:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as e:
             if b"\n" not in body.strip():
-                raise BodyError(f"malformed JSON: {e}") from None
+                raise BodyError(e.msg, e.lineno, e.colno) from None
             ndjson = True  # several lines: read as NDJSON, which reports the bad line
         else:
             if isinstance(doc, list):
@@ -80,7 +81,7 @@ def parse_body(body: bytes, content_type: str) -> list[tuple[Any, int | None]]:
         try:
             out.append((orjson.loads(line), n))
         except orjson.JSONDecodeError as e:
-            raise BodyError(f"malformed JSON on line {n}: {e}", line=n) from None
+            raise BodyError(e.msg, n, e.colno) from None
     return out
 
 

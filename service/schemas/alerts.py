@@ -5,10 +5,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from service.schemas.common import Id
+from service.schemas.common import BodyId
 
 RedeliverState = Literal["dead", "delivered", "pending"]
-Url = Annotated[str, StringConstraints(min_length=1, max_length=2048)]
+URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@\\]+(?:[/?][^\x00-\x20\x7f#]*)?$"
+"""An absolute http(s) URL with a host, no credentials, spaces, control characters or #fragment."""
+Url = Annotated[str, StringConstraints(min_length=1, max_length=2048, pattern=URL_PATTERN)]
 
 
 class EventIn(BaseModel):
@@ -66,9 +68,9 @@ class AlertPage(BaseModel):
 
 
 class WebhookCreate(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    query_id: Id
+    query_id: BodyId
     url: Url = Field(description="http(s) URL that receives one POST per alert", examples=["https://example.com/hook"])
 
 

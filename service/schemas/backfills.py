@@ -1,14 +1,14 @@
 """API models of backfills (``/backfills``)."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
-from service.schemas.common import Id
+from service.schemas.common import WIRE_TS_SCHEMA, BodyId
 
 BackfillState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-WireTs = str | int
+WireTs = Annotated[str | int, WithJsonSchema(WIRE_TS_SCHEMA)]
 
 
 class BackfillCreate(BaseModel):
@@ -16,6 +16,7 @@ class BackfillCreate(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        strict=True,
         populate_by_name=True,
         json_schema_extra={
             "examples": [
@@ -24,7 +25,7 @@ class BackfillCreate(BaseModel):
         },
     )
 
-    query_id: Id
+    query_id: BodyId
     from_: WireTs = Field(alias="from", description="Start (inclusive): ISO-8601 with offset, or epoch milliseconds")
     to: WireTs = Field(description="End (exclusive): ISO-8601 with offset, or epoch milliseconds")
     deliver: bool = Field(

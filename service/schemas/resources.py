@@ -3,8 +3,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
 
+from archive.schema import RESERVED
 from engine.options import Algorithm, PmPolicy
 from service.core.security import Scope
 from service.schemas.common import Id, Name
@@ -13,12 +23,39 @@ AttrType = Literal["string", "int", "float", "bool", "timestamp"]
 AttrValue = str | int | float | bool | None
 """A default value: checked against the attribute's type when the event type is registered or changed."""
 MAX_LATENESS_MS = 30 * 86_400_000
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+
+
+def _no_reserved(attributes: dict[str, str]) -> dict[str, str]:
+    taken = sorted(set(attributes) & RESERVED)
+    if taken:
+        raise ValueError(f"attribute names {', '.join(sorted(RESERVED))} are reserved: rename {', '.join(taken)}")
+    return attributes
+
+
+Attributes = Annotated[
+    dict[Name, AttrType],
+    Field(max_length=512),
+    AfterValidator(_no_reserved),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "maxProperties": 512,
+            "propertyNames": {"pattern": NAME_PATTERN, "maxLength": 64, "not": {"enum": sorted(RESERVED)}},
+            "additionalProperties": {"type": "string", "enum": ["string", "int", "float", "bool", "timestamp"]},
+        }
+    ),
+]
+"""Attribute name -> type; names as :data:`Name`, not ``id``, ``ts``, ``type``, ``date``, ``ingested_at``."""
+Lateness = Annotated[int, Field(strict=True, ge=0, le=MAX_LATENESS_MS)]
 QueryName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=128)]
 QueryText = Annotated[str, StringConstraints(min_length=1, max_length=65_536, pattern=r"^[^\x00]*$")]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: no unknown keys, no coercion (``"5"`` or ``true`` is not an integer)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ---------------------------------------------------------------- event types
@@ -28,14 +65,22 @@ class EventTypeCreate(_In):
     """A stream: attribute types, the archive's key attribute, allowed lateness (ms)."""
 
     name: Name
-    attributes: Annotated[dict[Name, AttrType], Field(max_length=512)] = {}
-    partition_key: Name | None = None
-    allowed_lateness_ms: Annotated[int, Field(ge=0, le=MAX_LATENESS_MS)] = 0
+    attributes: Attributes = {}
+    partition_key: Name | None = Field(None, description="One of the attributes")
+    allowed_lateness_ms: Lateness = 0
     defaults: Annotated[dict[Name, AttrValue], Field(max_length=512)] = Field(
         {},
         description="Optional attributes and the value an event without one (or with null) gets; null: it stays "
         "missing. Attributes not listed are required.",
     )
+
+    @field_validator("partition_key")
+    @classmethod
+    def _key_is_an_attribute(cls, key: str | None, info: ValidationInfo) -> str | None:
+        attributes = info.data.get("attributes")
+        if key is not None and attributes is not None and key not in attributes:
+            raise ValueError(f"partition key {key!r} is not one of the attributes")
+        return key
 
     model_config = ConfigDict(
         extra="forbid",
@@ -57,14 +102,14 @@ class EventTypeUpdate(_In):
     required attribute may become optional, not the reverse), attributes to remove (none a query uses), a
     new allowed lateness (a smaller one at any time; a larger one with no active query using the type)."""
 
-    attributes: Annotated[dict[Name, AttrType], Field(max_length=512)] | None = None
+    attributes: Attributes | None = None
     defaults: Annotated[dict[Name, AttrValue], Field(max_length=512)] | None = Field(
         None, description="Defaults of added or existing attributes (null: missing when absent)."
     )
     remove: Annotated[list[Name], Field(max_length=512)] | None = Field(
         None, description="Attributes to drop from the schema (the archive keeps their past values)."
     )
-    allowed_lateness_ms: Annotated[int, Field(ge=0, le=MAX_LATENESS_MS)] | None = None
+    allowed_lateness_ms: Lateness | None = None
 
 
 class EventTypePublic(BaseModel):
@@ -83,7 +128,7 @@ class EventTypePublic(BaseModel):
 class QueryOptions(_In):
     """How a query runs: live-and-archived algorithm and ``T_L``, partial-match budget and policy."""
 
-    algorithm: Algorithm | None = Field(
+    algorithm: Annotated[Algorithm, Field(strict=False)] | None = Field(
         None,
         description="Live-and-archived queries only: sllaa (default), ollaa, llaa or alaa (001 section 4).",
     )
@@ -92,11 +137,13 @@ class QueryOptions(_In):
         description="Live-and-archived queries only: SLLAA's tolerated delay T_L, e.g. '10 min' (default "
         "LACE_LA_TOLERANCE_S, 1 min); OLLAA's archive refresh period.",
     )
-    pm_capacity: Annotated[int, Field(ge=1, le=1 << 40)] | None = Field(
+    pm_capacity: Annotated[int, Field(strict=True, ge=1, le=1 << 40)] | None = Field(
         None,
         description="Partial matches kept in memory; beyond it they spill to the database (default LACE_PM_CAPACITY).",
     )
-    pm_policy: PmPolicy | None = Field(None, description="stpm or tpm: which partial matches spill first.")
+    pm_policy: Annotated[PmPolicy, Field(strict=False)] | None = Field(
+        None, description="stpm or tpm: which partial matches spill first."
+    )
 
 
 class QueryCreate(QueryOptions):

@@ -11,11 +11,9 @@ from service.api.paging import page
 from service.core.errors import ApiError, get_or_404
 from service.db.models import AlertRow
 from service.schemas.alerts import AlertPage, AlertPublic
-from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
+from service.schemas.common import ERRORS, CursorQuery, Id, TsQuery, iso, parse_wire_ts
 
 router = APIRouter(prefix="/alerts", tags=["alerts"], responses=ERRORS)  # type: ignore[arg-type]
-
-TsParam = Annotated[str | None, Query(max_length=64, description="ISO-8601 with offset, or epoch milliseconds")]
 
 
 def public(row: AlertRow) -> AlertPublic:
@@ -34,7 +32,7 @@ def _ts(value: str | None, name: str) -> int | None:
     if value is None:
         return None
     try:
-        return parse_wire_ts(value)
+        return parse_wire_ts(value, from_query=True)
     except ValueError as e:
         raise ApiError(422, str(e), f"query.{name}") from None
 
@@ -44,9 +42,9 @@ def list_alerts(
     session: SessionDep,
     _: ReadKey,
     query_id: Annotated[Id | None, Query(description="only this query's alerts")] = None,
-    since: Annotated[TsParam, Query(description="match end >= since")] = None,
-    until: Annotated[TsParam, Query(description="match end < until")] = None,
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    since: Annotated[TsQuery, Query(description="match end >= since")] = None,
+    until: Annotated[TsQuery, Query(description="match end < until")] = None,
+    cursor: CursorQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AlertPage:
     stmt = select(AlertRow)

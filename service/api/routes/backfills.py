@@ -18,9 +18,8 @@ from service.backfills import FINAL_STATES, BackfillRunner
 from service.core.errors import ApiError, get_or_404
 from service.db.models import BackfillRow, QueryRow
 from service.db.session import now_us
-from service.live.events import parse_ts
 from service.schemas.backfills import BackfillCreate, BackfillMatch, BackfillPage, BackfillPublic, BackfillResults
-from service.schemas.common import ERRORS, Id, iso
+from service.schemas.common import ERRORS, CursorQuery, Id, iso, parse_wire_ts
 
 router = APIRouter(prefix="/backfills", tags=["backfills"], responses=ERRORS)  # type: ignore[arg-type]
 
@@ -56,7 +55,7 @@ def _runner(request: Request) -> BackfillRunner:
 
 def _ts(value: str | int, name: str) -> int:
     try:
-        return parse_ts(value)
+        return parse_wire_ts(value)
     except ValueError as e:
         raise ApiError(422, str(e), f"body.{name}") from None
 
@@ -95,7 +94,7 @@ def list_backfills(
     session: SessionDep,
     _: ReadKey,
     query_id: Annotated[Id | None, Query()] = None,
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: CursorQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> BackfillPage:
     stmt = select(BackfillRow)

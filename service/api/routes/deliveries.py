@@ -14,7 +14,7 @@ from service.core.errors import ApiError, get_or_404
 from service.db.models import DeliveryAttemptRow, DeliveryRow, WebhookRow
 from service.db.session import now_us
 from service.schemas.alerts import DeliveryAttemptPublic, DeliveryDetail, DeliveryPage, DeliveryPublic
-from service.schemas.common import ERRORS, Id, iso
+from service.schemas.common import ERRORS, CursorQuery, Id, iso
 
 router = APIRouter(prefix="/deliveries", tags=["webhooks"], responses=ERRORS)  # type: ignore[arg-type]
 
@@ -42,7 +42,7 @@ def list_deliveries(
     status: Annotated[Literal["pending", "delivered", "dead", "cancelled"] | None, Query()] = None,
     webhook_id: Annotated[Id | None, Query()] = None,
     alert_id: Annotated[Id | None, Query()] = None,
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: CursorQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> DeliveryPage:
     stmt = select(DeliveryRow)

@@ -3,8 +3,9 @@
 Per event: valid and on time -> accepted (durable in the archive when the answer comes),
 else rejected with its index, field and reason; the others are still taken, unless
 ``atomic=true``. The answer is 200 when at least one event was accepted or the body held
-none, 422 when every event was rejected (nothing changed), 400 for malformed JSON and 413
-for a body over the limit (nothing changed either).
+none, 422 when every event was rejected (nothing changed), 400 for malformed JSON (with the
+line and column), 415 for a Content-Type other than JSON or NDJSON, 413 for a body over the
+limit (nothing changed either).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import anyio
 from fastapi import APIRouter, Query, Request, Response
 
 from service.api.deps import IngestKey, RuntimeDep, SettingsDep
-from service.core.errors import ApiError
+from service.core.errors import ApiError, clip, malformed_json
 from service.live.events import BodyError, parse_body
 from service.schemas.alerts import EventIn, IngestResponse, QueryLate, Rejection
 from service.schemas.common import ERRORS
@@ -29,6 +30,9 @@ _EVENTS_SCHEMA: dict[str, Any] = {
         EventIn.model_json_schema(ref_template="#/components/schemas/{model}"),
     ]
 }
+_INGEST_OR_ERROR: dict[str, Any] = {
+    "anyOf": [{"$ref": "#/components/schemas/IngestResponse"}, {"$ref": "#/components/schemas/ErrorBody"}]
+}
 _BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -40,14 +44,23 @@ _BODY: dict[str, Any] = {
 }
 
 
+def _clipped(item: dict[str, Any]) -> dict[str, Any]:
+    """A rejection with the request's values in its field and reason cut short (:func:`clip`)."""
+    return {k: clip(v) if k in ("field", "reason") and isinstance(v, str) else v for k, v in item.items()}
+
+
 @router.post(
     "/events",
     summary="Ingest events",
     openapi_extra=_BODY,
     responses={
-        422: {"model": IngestResponse, "description": "Every event was rejected (or one was, with atomic)"},
+        422: {
+            "content": {"application/json": {"schema": _INGEST_OR_ERROR}},
+            "description": "Every event was rejected (or one was, with atomic): an IngestResponse; or a parameter "
+            "or the body's shape is invalid: an ErrorBody",
+        },
         409: {
-            "model": IngestResponse,
+            "content": {"application/json": {"schema": _INGEST_OR_ERROR}},
             "description": "Every rejected event reused a producer id with different content, and nothing was taken",
         },
     },
@@ -64,8 +77,9 @@ async def post_events(
     try:
         items = parse_body(body, request.headers.get("content-type", "application/json"))
     except BodyError as e:
-        extra = {"line": e.line} if e.line is not None else {}
-        raise ApiError(400, e.reason, "body", **extra) from None
+        if e.line is not None and e.column is not None:
+            raise malformed_json(e.reason, e.line, e.column) from None
+        raise ApiError(422, e.reason, "body") from None
     if len(items) > settings.max_events_per_request:
         raise ApiError(413, f"{len(items)} events; at most {settings.max_events_per_request} per request", "body")
     try:
@@ -81,8 +95,8 @@ async def post_events(
         accepted=res.accepted,
         rejected=res.rejected,
         ids=res.ids,
-        rejections=[Rejection(**r) for r in res.rejections],
-        query_late=[QueryLate(**q) for q in res.query_late],
+        rejections=[Rejection(**_clipped(r)) for r in res.rejections],
+        query_late=[QueryLate(**_clipped(q)) for q in res.query_late],
         duplicates=res.duplicates,
         matches=res.matches,
         alerts=res.alerts,

@@ -9,6 +9,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from service.api.deps import ReadKey
+from service.schemas.common import AUTH_ERRORS
 
 router = APIRouter(tags=["operations"])
 
@@ -31,7 +32,13 @@ def healthz(request: Request) -> JSONResponse:
     "/metrics",
     summary="Prometheus metrics",
     response_class=Response,
-    responses={200: {"content": {CONTENT_TYPE_LATEST: {}}, "description": "Prometheus text format"}},
+    responses={
+        200: {
+            "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+            "description": "Prometheus text format",
+        },
+        **AUTH_ERRORS,  # type: ignore[dict-item]
+    },
 )
 def metrics(request: Request, _: ReadKey) -> Response:
     return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)
