@@ -12,7 +12,9 @@ OUT = Path(__file__).resolve().parents[2] / "docs" / "rest.md"
 INTRO = """# REST API reference
 
 Generated from the OpenAPI schema by `python -m service.api.docs_md` (do not edit by hand; a test
-compares it with the schema). The live schema is at `/openapi.json`, the interactive docs at `/docs`.
+compares it with the schema). The live schema is at `/openapi.json`, the interactive docs at `/docs`
+(Swagger UI) and `/redoc` (ReDoc), their assets served by the service itself: they work on a host
+without internet access ([screenshot, taken offline by headless Chromium](img/swagger-ui-offline.png)).
 
 - **Keys**: every route but `/healthz` needs `Authorization: Bearer <key>` (`lace keys create --scope ...`).
   A key holds one or more scopes (`admin`, `ingest`, `read`); a route accepts only its own scope.
@@ -22,7 +24,10 @@ compares it with the schema). The live schema is at `/openapi.json`, the interac
   int microseconds.
 - **Errors**: every 4xx body is `{"detail": [{"field": "body.url", "reason": "...", ...}]}`; bad LQL
   adds `line` and `column`. `POST /events` answers per event (`rejections`: index, NDJSON line, field,
-  reason).
+  reason). Bodies are JSON (`application/json` or a `+json` type; `POST /events` also NDJSON): another
+  `Content-Type` is a 415. Malformed JSON is a 400 on `body` with `line` and `column`, on every route.
+  Request bodies take no unknown keys and convert nothing (`"5"` and `true` are not integers). A value
+  from the request is echoed in an error cut to its first 40 characters and its length.
 - **Webhooks**: one `POST` per alert with `Content-Type: application/json`, `Idempotency-Key`
   (`lace-<UUIDv7>`, made with the delivery: the same on every retry and redelivery of it, never
   reused), `X-Lace-Delivery`, `X-Lace-Attempt` and `X-Lace-Signature: t=<unix seconds>,v1=<hex>`,

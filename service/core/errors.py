@@ -111,14 +111,17 @@ def _loc(loc: Sequence[Any]) -> str:
     return out
 
 
+_METHODS = ("DELETE", "GET", "PATCH", "POST", "PUT")
+
+
 def allowed_methods(request: Request) -> list[str]:
     """Every method some route of the app serves at the request's path (for ``Allow`` on a 405)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    routes = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] == Match.FULL for route in routes)
+    ]
 
 
 def install_handlers(app: FastAPI) -> None:

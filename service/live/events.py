@@ -65,9 +65,9 @@ def parse_body(body: bytes, content_type: str) -> list[tuple[Any, int | None]]:
         try:
             doc = orjson.loads(body)
         except orjson.JSONDecodeError as e:
-            if b"\n" not in body.strip():
+            if not _first_line_is_json(body):
                 raise BodyError(e.msg, e.lineno, e.colno) from None
-            ndjson = True  # several lines: read as NDJSON, which reports the bad line
+            ndjson = True  # several lines, the first one JSON: read as NDJSON, which reports the bad line
         else:
             if isinstance(doc, list):
                 return [(x, None) for x in doc]
@@ -83,6 +83,17 @@ def parse_body(body: bytes, content_type: str) -> list[tuple[Any, int | None]]:
         except orjson.JSONDecodeError as e:
             raise BodyError(e.msg, n, e.colno) from None
     return out
+
+
+def _first_line_is_json(body: bytes) -> bool:
+    lines = body.strip().split(b"\n", 1)
+    if len(lines) < 2:
+        return False
+    try:
+        orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return False
+    return True
 
 
 def parse_ts(raw: Any) -> int:

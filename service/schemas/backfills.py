@@ -3,12 +3,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 
-from service.schemas.common import WIRE_TS_SCHEMA, BodyId
+from service.schemas.common import WIRE_TS_SCHEMA, BodyId, json_int
 
 BackfillState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-WireTs = Annotated[str | int, WithJsonSchema(WIRE_TS_SCHEMA)]
+
+
+def _wire_ts(value: Any) -> Any:
+    return value if isinstance(value, str) else json_int(value)
+
+
+WireTs = Annotated[str | int, BeforeValidator(_wire_ts), WithJsonSchema(WIRE_TS_SCHEMA)]
+"""A timestamp in a JSON body: a string (checked against ISO_PATTERN by the route) or epoch ms."""
 
 
 class BackfillCreate(BaseModel):

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import Query
-from pydantic import BaseModel, Field, StringConstraints, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, Field, StringConstraints, WithJsonSchema
 
 from engine.events import MAX_TS_US, MIN_TS_US
 from service.live.events import parse_ts
@@ -17,14 +17,27 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 Name = Annotated[str, StringConstraints(pattern=r"^[A-Za-z][A-Za-z0-9_]*$", max_length=64)]
 """Event type and attribute names (also Delta table and column names)."""
-Id = Annotated[int, Field(ge=1, le=(1 << 63) - 1)]
-MAX_ID = (1 << 63) - 1
-BodyId = Annotated[
-    int,
-    Field(strict=True, ge=1, le=MAX_ID),
-    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_ID}),
-]
-"""An id in a JSON body: an integer (not a string, a boolean or a float), 1 to 2^63 - 1."""
+MAX_ID = (1 << 53) - 1
+"""Largest id the API takes: the largest integer every JSON client holds exactly."""
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+
+
+def json_int(value: Any) -> Any:
+    """A JSON integer of a request body: an int, or a float with no fraction (``5.0``, as JSON Schema
+    counts it); not a boolean, not a string. Raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be an integer")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("must be an integer")
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, Field(strict=False), BeforeValidator(json_int)]
+"""An integer in a JSON body (:func:`json_int`), for models that otherwise coerce nothing."""
+BodyId = Annotated[JsonInt, Field(ge=1, le=MAX_ID)]
+"""An id in a JSON body."""
 
 # ------------------------------------------------------------------ timestamps on the wire
 _YEAR = r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"

@@ -372,3 +372,19 @@ def test_a_clause_given_twice_is_an_error_at_the_second_one():
 def test_a_bare_kleene_variable_in_join_suggests_first_or_last():
     text = "LIVE PATTERN SEQ(A a, B+ b[])\nARCHIVED PATTERN C c\nLOOKBACK 1 h\nJOIN b.x = c.x"
     check(text, 4, 6, "needs an index such as b[1] or b[last]")
+
+
+def test_nesting_past_the_limit_is_a_query_error_at_the_level_that_passes_it() -> None:
+    from engine.lql.parser import MAX_DEPTH, parse
+
+    ok = "PATTERN " + "SEQ(" * 100 + "A a" + ")" * 100 + " WITHIN 1 min"
+    parse(ok)  # deep but within the limit
+    deep = "NAME q\nPATTERN " + "SEQ(" * 5000 + "A a" + ")" * 5000 + " WITHIN 1 min"
+    with pytest.raises(QueryError) as e:
+        parse(deep)
+    assert "nested too deeply" in e.value.reason and str(MAX_DEPTH) in e.value.reason
+    assert e.value.line == 2 and deep.splitlines()[1][e.value.column - 1 :].startswith("SEQ(")
+    long_sum = "PATTERN SEQ(A a, A b) WHERE b.x > " + " + ".join(["a.x"] * 3000) + " WITHIN 1 min"
+    with pytest.raises(QueryError) as e:
+        parse(long_sum)
+    assert e.value.line == 1 and e.value.column > 1
