@@ -107,7 +107,8 @@ def parse_ts(raw: Any) -> int:
     elif type(raw) is float:
         if not math.isfinite(raw):
             raise ValueError("must be finite")
-        us = round(raw * 1_000)
+        # far out of range: refused below (raw * 1000 could overflow to inf, and round(inf) raises)
+        us = round(raw * 1_000) if abs(raw) <= 1e16 else MAX_TS_US + 1
     elif type(raw) is str:
         us = parse_iso_us(raw.strip())
     else:

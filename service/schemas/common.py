@@ -34,9 +34,17 @@ def json_int(value: Any) -> Any:
     return value
 
 
-JsonInt = Annotated[int, Field(strict=False), BeforeValidator(json_int)]
-"""An integer in a JSON body (:func:`json_int`), for models that otherwise coerce nothing."""
-BodyId = Annotated[JsonInt, Field(ge=1, le=MAX_ID)]
+def json_int_type(ge: int, le: int) -> Any:
+    """An integer from ``ge`` to ``le`` in a JSON body (:func:`json_int`), for models that otherwise coerce nothing."""
+    return Annotated[
+        int,
+        BeforeValidator(json_int),
+        Field(strict=False, ge=ge, le=le),
+        WithJsonSchema({"type": "integer", "minimum": ge, "maximum": le}),
+    ]
+
+
+BodyId = json_int_type(1, MAX_ID)
 """An id in a JSON body."""
 
 # ------------------------------------------------------------------ timestamps on the wire

@@ -17,7 +17,7 @@ from pydantic import (
 from archive.schema import RESERVED
 from engine.options import Algorithm, PmPolicy
 from service.core.security import Scope
-from service.schemas.common import Id, JsonInt, Name
+from service.schemas.common import Id, Name, json_int_type
 
 AttrType = Literal["string", "int", "float", "bool", "timestamp"]
 AttrValue = str | int | float | bool | None
@@ -47,7 +47,7 @@ Attributes = Annotated[
     ),
 ]
 """Attribute name -> type; names as :data:`Name`, not ``id``, ``ts``, ``type``, ``date``, ``ingested_at``."""
-Lateness = Annotated[JsonInt, Field(ge=0, le=MAX_LATENESS_MS)]
+Lateness = json_int_type(0, MAX_LATENESS_MS)
 QueryName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=128)]
 QueryText = Annotated[str, StringConstraints(min_length=1, max_length=65_536, pattern=r"^[^\x00]*$")]
 
@@ -137,7 +137,7 @@ class QueryOptions(_In):
         description="Live-and-archived queries only: SLLAA's tolerated delay T_L, e.g. '10 min' (default "
         "LACE_LA_TOLERANCE_S, 1 min); OLLAA's archive refresh period.",
     )
-    pm_capacity: Annotated[JsonInt, Field(ge=1, le=1 << 40)] | None = Field(
+    pm_capacity: json_int_type(1, 1 << 40) | None = Field(  # type: ignore[valid-type]
         None,
         description="Partial matches kept in memory; beyond it they spill to the database (default LACE_PM_CAPACITY).",
     )

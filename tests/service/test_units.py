@@ -119,3 +119,11 @@ def test_docs_rest_md_matches_the_openapi_schema() -> None:
     from service.api.docs_md import OUT, openapi, render
 
     assert OUT.read_text(encoding="utf-8") == render(*openapi()), "run: python -m service.api.docs_md"
+
+
+def test_a_float_ts_too_large_to_scale_is_out_of_range_not_an_overflow() -> None:
+    from service.live.events import parse_ts
+
+    for raw in (-1.7976931348623157e308, 3.78e279, 1e17):
+        with pytest.raises(ValueError, match="out of range"):
+            parse_ts(raw)
