@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from service.schemas.common import BodyId
+from service.schemas.common import BodyId, WireTs, json_int_type
 
 RedeliverState = Literal["dead", "delivered", "pending"]
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@\\]+(?:[/?][^\x00-\x20\x7f#]*)?$"
@@ -77,7 +77,7 @@ class WebhookCreate(BaseModel):
 class WebhookUpdate(BaseModel):
     """A new URL: pending deliveries go there (same keys); the circuit closes."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     url: Url = Field(description="http(s) URL that receives one POST per alert", examples=["https://example.com/hook"])
 
@@ -85,9 +85,9 @@ class WebhookUpdate(BaseModel):
 class SecretRotation(BaseModel):
     """Rotate the signing secret; the old one also signs for ``grace_s`` seconds (default from the settings)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    grace_s: Annotated[int, Field(ge=0, le=30 * 86_400)] | None = Field(
+    grace_s: json_int_type(0, 30 * 86_400) | None = Field(  # type: ignore[valid-type]
         None, description="Seconds the old secret keeps signing (a second `v1`); 0 drops it at once"
     )
 
@@ -95,16 +95,16 @@ class SecretRotation(BaseModel):
 class Redelivery(BaseModel):
     """Which deliveries of a webhook to send again (same idempotency keys, fresh attempt budgets)."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
     status: Annotated[list[RedeliverState], Field(min_length=1, max_length=3)] = Field(
         default_factory=lambda: list[RedeliverState](["dead"]),
         description="States to redeliver (default: dead letters)",
     )
-    from_: str | int | None = Field(
+    from_: WireTs | None = Field(
         None, alias="from", description="Alerts detected at or after (ISO-8601 with offset, or epoch ms)"
     )
-    to: str | int | None = Field(None, description="Alerts detected before (ISO-8601 with offset, or epoch ms)")
+    to: WireTs | None = Field(None, description="Alerts detected before (ISO-8601 with offset, or epoch ms)")
 
 
 class RedeliveryResult(BaseModel):

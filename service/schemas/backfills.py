@@ -1,21 +1,15 @@
 """API models of backfills (``/backfills``)."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import WIRE_TS_SCHEMA, BodyId, json_int
+from service.schemas.common import BodyId, WireTs
 
 BackfillState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
-def _wire_ts(value: Any) -> Any:
-    return value if isinstance(value, str) else json_int(value)
-
-
-WireTs = Annotated[str | int, BeforeValidator(_wire_ts), WithJsonSchema(WIRE_TS_SCHEMA)]
-"""A timestamp in a JSON body: a string (checked against ISO_PATTERN by the route) or epoch ms."""
 
 
 class BackfillCreate(BaseModel):

@@ -103,6 +103,13 @@ def parse_wire_ts(value: str | int, *, from_query: bool = False) -> int:
     raise ValueError(f"must be {_TS_HELP}")
 
 
+def _wire_ts(value: Any) -> Any:
+    return value if isinstance(value, str) else json_int(value)
+
+
+WireTs = Annotated[str | int, BeforeValidator(_wire_ts), WithJsonSchema(WIRE_TS_SCHEMA)]
+"""A timestamp in a JSON body: a string (checked against :data:`ISO_PATTERN` by :func:`parse_wire_ts`)
+or epoch milliseconds."""
 TsQuery = Annotated[str | None, Query(description=_TS_HELP), WithJsonSchema(WIRE_TS_SCHEMA)]
 """A timestamp in the query string (``since``, ``until``)."""
 

@@ -67,7 +67,7 @@ class EventTypeCreate(_In):
     name: Name
     attributes: Attributes = {}
     partition_key: Name | None = Field(None, description="One of the attributes")
-    allowed_lateness_ms: Lateness = 0
+    allowed_lateness_ms: Lateness = 0  # type: ignore[valid-type]
     defaults: Annotated[dict[Name, AttrValue], Field(max_length=512)] = Field(
         {},
         description="Optional attributes and the value an event without one (or with null) gets; null: it stays "
@@ -109,7 +109,7 @@ class EventTypeUpdate(_In):
     remove: Annotated[list[Name], Field(max_length=512)] | None = Field(
         None, description="Attributes to drop from the schema (the archive keeps their past values)."
     )
-    allowed_lateness_ms: Lateness | None = None
+    allowed_lateness_ms: Lateness | None = None  # type: ignore[valid-type]
 
 
 class EventTypePublic(BaseModel):

@@ -14,7 +14,6 @@ from service.core.errors import ApiError, get_or_404
 from service.core.security import new_salt, webhook_secret
 from service.db.models import DeliveryRow, QueryRow, WebhookRow
 from service.db.session import now_us
-from service.live.events import parse_ts
 from service.schemas.alerts import (
     Circuit,
     Redelivery,
@@ -25,7 +24,7 @@ from service.schemas.alerts import (
     WebhookPublic,
     WebhookUpdate,
 )
-from service.schemas.common import ERRORS, Id, iso
+from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
 from service.webhooks.targets import TargetRefused, check_target
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"], responses=ERRORS)  # type: ignore[arg-type]
@@ -177,7 +176,7 @@ def _wire_ts(value: str | int | None, field: str) -> int | None:
     if value is None:
         return None
     try:
-        return parse_ts(value)
+        return parse_wire_ts(value)
     except ValueError as e:
         raise ApiError(422, str(e), field) from None
 
