@@ -57,6 +57,16 @@ class TsUnitChoice(StrEnum):
     us = "us"
 
 
+PmCapacityOption = Annotated[
+    int | None, typer.Option(help="Keep at most N partial matches in memory; spill the rest.", min=1)
+]
+PmPolicyOption = Annotated[PmPolicy, typer.Option(help="Which partial matches to spill first.")]
+PmStoreOption = Annotated[
+    str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
+]
+"""The partial-match budget options of ``lace match`` and ``lace replay`` (DESIGN.md section 6)."""
+
+
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
     """Print ``error: message`` on stderr and exit with ``code``."""
     typer.echo(f"error: {message}", err=True)
@@ -110,6 +120,7 @@ def open_out(out: Path | None) -> TextIO:
 
 
 __all__ = [
-    "Algorithm", "Backend", "PmPolicy", "Scope", "Storage", "Strategy", "TsUnitChoice", "USAGE_ERROR", "app",
-    "fail", "open_out", "parse_duration_us", "read_text", "silence_stdout", "warn",
+    "Algorithm", "Backend", "PmCapacityOption", "PmPolicy", "PmPolicyOption", "PmStoreOption", "Scope", "Storage",
+    "Strategy", "TsUnitChoice", "USAGE_ERROR", "app", "fail", "open_out", "parse_duration_us", "read_text",
+    "silence_stdout", "warn",
 ]

@@ -14,7 +14,10 @@ import typer
 
 from cli.app import (
     MAX_LATE_REPORTS,
+    PmCapacityOption,
     PmPolicy,
+    PmPolicyOption,
+    PmStoreOption,
     Storage,
     Strategy,
     TsUnitChoice,
@@ -56,13 +59,9 @@ def match(
         TsUnitChoice.auto
     ),
     sort: Annotated[bool, typer.Option("--sort", help="Sort the file by (ts, id) first (reads it all).")] = False,
-    pm_capacity: Annotated[
-        int | None, typer.Option(help="Keep at most N partial matches in memory; spill the rest.", min=1)
-    ] = None,
-    pm_policy: Annotated[PmPolicy, typer.Option(help="Which partial matches to spill first.")] = PmPolicy.stpm,
-    pm_store: Annotated[
-        str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
-    ] = None,
+    pm_capacity: PmCapacityOption = None,
+    pm_policy: PmPolicyOption = PmPolicy.stpm,
+    pm_store: PmStoreOption = None,
 ) -> None:
     """Run a live-only query over an event file (CSV, JSONL or Parquet); one JSON object per match."""
     text = read_text(query)

@@ -24,7 +24,10 @@ import typer
 from cli.app import (
     Algorithm,
     Backend,
+    PmCapacityOption,
     PmPolicy,
+    PmPolicyOption,
+    PmStoreOption,
     TsUnitChoice,
     app,
     fail,
@@ -203,13 +206,9 @@ def replay(
         str, typer.Option(help="Tolerated delay T_L (SLLAA subwindows, OLLAA archive refresh), e.g. '1 min'.")
     ] = "1 min",
     max_batch: Annotated[int, typer.Option(help="SLLAA: at most N live instances per subwindow.", min=1)] = 1000,
-    pm_capacity: Annotated[
-        int | None, typer.Option(help="Keep at most N partial matches in memory; spill the rest.", min=1)
-    ] = None,
-    pm_policy: Annotated[PmPolicy, typer.Option(help="Which partial matches to spill first.")] = PmPolicy.stpm,
-    pm_store: Annotated[
-        str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
-    ] = None,
+    pm_capacity: PmCapacityOption = None,
+    pm_policy: PmPolicyOption = PmPolicy.stpm,
+    pm_store: PmStoreOption = None,
     backend: Annotated[Backend, typer.Option(help="memory, or spark: Delta at --archive, read through Spark.")] = (
         Backend.spark
     ),

@@ -24,22 +24,13 @@ from engine.events import Event
 from engine.live_archived.source import MemoryArchive
 from tests.service.conftest import Database, Receiver, Service, make_database, make_service, wait_until
 from tests.service.test_backfills import finished
+from tests.service.test_demo import _traffic_keys
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
 QUERIES = Path(__file__).resolve().parents[2] / "cli" / "demo_data" / "queries"
 ALGORITHMS = ("sllaa", "ollaa", "llaa")
 DAY_US = 86_400_000_000
-
-
-def _traffic_keys(live: list[Event], n: int) -> set[Any]:
-    """The ``n`` segments with the most congested live readings (so the slice has results)."""
-    counts: dict[Any, int] = {}
-    for e in live:
-        a = e.attrs
-        if e.type == "traffic" and a["vehicle_count"] > 0 and a["avg_speed"] < 0.5 * a["ndt_kmh"]:
-            counts[a["key"]] = counts.get(a["key"], 0) + 1
-    return set(sorted(counts, key=lambda k: (-counts[k], k))[:n])
 
 
 @pytest.fixture(scope="module")
