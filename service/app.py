@@ -133,7 +133,12 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         try:
             compiled = compile_statement(q.text, runtime.schemas())
             runtime.start_query(
-                query_id=q.id, name=q.name, compiled=compiled, active_since_us=q.active_since_us, options=run_options(q)
+                query_id=q.id,
+                name=q.name,
+                compiled=compiled,
+                active_since_us=q.active_since_us,
+                options=run_options(q),
+                totals=q.counters,
             )
         except (QueryError, ValueError) as e:
             log.error("query %s (%d) cannot start, left stopped: %s", q.name, q.id, e)

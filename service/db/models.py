@@ -72,6 +72,8 @@ class QueryRow(Base):
     pm_capacity: Mapped[int | None] = mapped_column(BigInteger)  # None: the service default (LACE_PM_CAPACITY)
     pm_policy: Mapped[str | None] = mapped_column(String(8))  # stpm | tpm (None: LACE_PM_POLICY)
     resume_from_us: Mapped[int | None] = mapped_column(BigInteger)
+    counters: Mapped[dict[str, float] | None] = mapped_column(JSON)
+    """Totals since the query was created or updated (events, matches, late, cpu_s, ...): kept across restarts."""
     """Live-and-archived: restart replay starts no later than this ts (no live instance before it is unanswered)."""
     active_since_us: Mapped[int] = mapped_column(BigInteger)
     created_at_us: Mapped[int] = mapped_column(BigInteger)

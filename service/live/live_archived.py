@@ -184,6 +184,10 @@ class LiveArchivedWorker:
             self.idle.clear()
         self.queue.put((events, watermark_us, time.time()))
 
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the worker's thread once everything offered before it is matched."""
+        self.queue.put(fn)
+
     def stop(self) -> None:
         """Stop the thread; deferred requests still running are abandoned (a restart replays them)."""
         self.stopped = True
@@ -199,6 +203,9 @@ class LiveArchivedWorker:
             item = self.queue.get()
             if item is _STOP:
                 return
+            if callable(item):
+                item()
+                continue
             events, watermark, self._offered_at = item
             out: list[Match] = []
             started = time.thread_time()

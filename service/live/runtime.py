@@ -112,6 +112,35 @@ class LiveQuery:
     offered_wm: int | None = None
     cpu_s: float = 0.0
     """CPU seconds spent matching (live-only; a live-and-archived query's worker keeps its own)."""
+    base: dict[str, float] = field(default_factory=dict)
+    """Totals recorded before this start (kept across restarts and pauses)."""
+    offset: dict[str, float] = field(default_factory=dict)
+    """What the restart replay counted again: left out of the totals."""
+
+    def counts(self) -> dict[str, float]:
+        """The counters that add up across restarts, since this start."""
+        s = self.stats()
+        m = s.get("live_matcher", s)
+        out = {
+            "events": float(m.get("events", 0)),
+            "late": float(m.get("late", 0)),
+            "matches": float(s["results"] if self.worker is not None else m.get("emitted", 0)),
+            "cpu_s": float(s.get("cpu_s", 0.0)),
+        }
+        if self.worker is not None:
+            out["live_instances"] = float(s.get("live_instances", 0))
+            out["archive_requests"] = float(s.get("archive_requests", 0))
+        return out
+
+    def totals(self) -> dict[str, float]:
+        """Counters since the query was created or last updated, kept across restarts (see ``offset``)."""
+        now = self.counts()
+        keys = set(now) | set(self.base)
+        return {k: round(self.base.get(k, 0.0) + now.get(k, 0.0) - self.offset.get(k, 0.0), 6) for k in sorted(keys)}
+
+    def mark_replayed(self) -> None:
+        """The restart replay is done: what it counted is not counted again."""
+        self.offset = self.counts()
 
     @property
     def live_archived(self) -> bool:
@@ -231,6 +260,7 @@ class LiveRuntime:
         compiled: Statement,
         active_since_us: int,
         options: RunOptions | None = None,
+        totals: dict[str, float] | None = None,
     ) -> LiveQuery:
         """Start (or restart, dropping its state) a query: a matcher, or a live-and-archived worker.
 
@@ -292,6 +322,7 @@ class LiveRuntime:
                 max_lateness_us=max_lateness,
                 active_since_us=active_since_us,
                 options=opts,
+                base=dict(totals or {}),
             )
             self.queries[query_id] = lq
             for t in types:
@@ -593,16 +624,22 @@ class LiveRuntime:
             self.on_deliveries()
 
     def checkpoint(self) -> None:
-        """Record each live-and-archived query's ``resume_from_us`` (where a restart replay must start)."""
-        points = {
-            lq.id: lq.worker.resume_from_us() for lq in list(self.queries.values()) if lq.worker is not None
-        }
-        points = {k: v for k, v in points.items() if v is not None}
-        if not points:
+        """Record each query's totals (``counters``) and each live-and-archived query's ``resume_from_us``
+        (where a restart replay must start)."""
+        queries = list(self.queries.values())
+        if not queries:
             return
+        rows: list[tuple[int, dict[str, Any]]] = []
+        for lq in queries:
+            values: dict[str, Any] = {"counters": lq.totals()}
+            if lq.worker is not None:
+                resume = lq.worker.resume_from_us()
+                if resume is not None:
+                    values["resume_from_us"] = resume
+            rows.append((lq.id, values))
         with transaction(self.sessions) as session:
-            for qid, ts in points.items():
-                session.execute(update(QueryRow).where(QueryRow.id == qid).values(resume_from_us=ts))
+            for qid, values in rows:
+                session.execute(update(QueryRow).where(QueryRow.id == qid).values(**values))
 
     def wait_idle(self, timeout_s: float) -> bool:
         """Wait until every live-and-archived query has matched what it was given and answered every
@@ -676,6 +713,11 @@ class LiveRuntime:
             self._remember({})
             found.extend(self._advance())
             self._offer([])
+            for lq in self.queries.values():  # what the replay counts again was counted before the restart
+                if lq.worker is None:
+                    lq.mark_replayed()
+                else:
+                    lq.worker.call(lq.mark_replayed)  # once its worker has matched the replayed events
             self.metrics.replayed.inc(n)
             return n, self._save(found)
 

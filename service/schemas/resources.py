@@ -243,6 +243,12 @@ class QueryPublic(BaseModel):
     created_at: str
     updated_at: str
     stats: QueryStats | None = None
+    totals: dict[str, float] = Field(
+        {},
+        description="Counters since the query was created or last updated (events, late, matches, cpu_s; "
+        "live_instances and archive_requests for live-and-archived queries), kept across pauses and restarts "
+        "(recorded every LACE_LA_CHECKPOINT_S: a crash may lose the last second's counts, never count twice).",
+    )
 
 
 # ---------------------------------------------------------------- API keys

@@ -107,6 +107,7 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
         stats=None if lq is None else _stats(lq),
+        totals=lq.totals() if lq is not None else dict(row.counters or {}),
     )
 
 
@@ -156,7 +157,12 @@ def _apply_options(row: QueryRow, body: QueryOptions, statement: Statement, runt
 def _start(runtime: LiveRuntime, row: QueryRow, compiled: Statement, t: int) -> None:
     try:
         runtime.start_query(
-            query_id=row.id, name=row.name, compiled=compiled, active_since_us=t, options=_row_options(row)
+            query_id=row.id,
+            name=row.name,
+            compiled=compiled,
+            active_since_us=t,
+            options=_row_options(row),
+            totals=row.counters,
         )
     except ValueError as e:
         raise ApiError(422, str(e), "body.text") from None
@@ -226,6 +232,7 @@ def update_query(id: Id, body: QueryUpdate, session: SessionDep, runtime: Runtim
         row.active_since_us = t
         row.updated_at_us = t
         row.resume_from_us = None
+        row.counters = None  # a new version counts from zero
         session.commit()
         if row.state == "active":
             _start(runtime, row, compiled, t)
@@ -237,6 +244,9 @@ def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -
     with runtime.lock:
         row = _get(session, id)
         if row.state != "paused":
+            lq = runtime.queries.get(row.id)
+            if lq is not None:
+                row.counters = lq.totals()  # kept for the resume
             row.state = "paused"
             row.updated_at_us = now_us()
             session.commit()
