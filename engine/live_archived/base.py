@@ -59,30 +59,32 @@ class ArchiveWork:
     ----------
     instances : list[LiveInstance]
         The completed live instances it answers (one for LLAA, a subwindow for SLLAA).
-    run : callable
-        ``() -> list[Match]``.
-    answer : callable, optional
-        ``answer(instances) -> list[Match]`` when the work may be merged with other waiting work of the
-        same runner into one request over the union of their access ranges (SLLAA: subwindows that
-        closed while the archive was busy; every instance's whole access range is still requested, so
-        nothing is lost). None: never merged (LLAA's one request per live instance).
+    answer : callable
+        ``answer(instances) -> list[Match]``: one request for ``instances``, their joins.
+    mergeable : bool
+        Whether the work may be merged with other waiting work of the same runner into one request
+        over the union of their access ranges (SLLAA: subwindows that closed while the archive was
+        busy; every instance's whole access range is still requested, so nothing is lost). False:
+        never merged (LLAA's one request per live instance).
     """
 
     instances: list[LiveInstance]
-    run: Callable[[], list[Match]]
-    answer: Callable[[list[LiveInstance]], list[Match]] | None = None
+    answer: Callable[[list[LiveInstance]], list[Match]]
+    mergeable: bool = False
     earliest_start_us: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.earliest_start_us = min(i.match.start for i in self.instances)
 
+    def run(self) -> list[Match]:
+        """Make the request and return the results of every instance."""
+        return self.answer(self.instances)
+
     @staticmethod
     def merged(works: list[ArchiveWork]) -> ArchiveWork:
         """One work answering every instance of ``works`` (all mergeable, of one runner) with one request."""
-        answer = works[0].answer
-        assert answer is not None and all(w.answer is not None for w in works)
-        instances = [i for w in works for i in w.instances]
-        return ArchiveWork(instances, lambda: answer(instances), answer)
+        assert all(w.mergeable for w in works)
+        return ArchiveWork([i for w in works for i in w.instances], works[0].answer, mergeable=True)
 
 
 class Runner:
@@ -266,16 +268,18 @@ class Runner:
     def submit(
         self,
         instances: list[LiveInstance],
-        run: Callable[[], list[Match]],
-        answer: Callable[[list[LiveInstance]], list[Match]] | None = None,
+        answer: Callable[[list[LiveInstance]], list[Match]],
+        *,
+        mergeable: bool = False,
     ) -> list[Match]:
-        """Answer ``instances`` with ``run`` now, or hand it to :attr:`defer` (then return nothing).
+        """Answer ``instances`` now, or hand the work to :attr:`defer` (then return nothing).
 
-        ``answer``: see :class:`ArchiveWork` (given when waiting work may be merged).
+        ``mergeable``: see :class:`ArchiveWork`.
         """
+        work = ArchiveWork(instances, answer, mergeable)
         if self.defer is None:
-            return run()
-        self.defer(ArchiveWork(instances, run, answer))
+            return work.run()
+        self.defer(work)
         return []
 
     def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:

@@ -24,11 +24,12 @@ class LLAA(Runner):
         for inst in insts:
             if self.plan.key_of(inst.match) is NO_KEY:
                 continue  # the key equality cannot hold: nothing to ask
-            out += self.submit([inst], lambda inst=inst: self.answer(inst))  # type: ignore[misc]
+            out += self.submit([inst], self.answer_one)
         return out
 
-    def answer(self, inst: LiveInstance) -> list[Match]:
-        """Request ``R_A(I)``, match ``P_A`` over it, join ``I`` with what was found."""
+    def answer_one(self, insts: list[LiveInstance]) -> list[Match]:
+        """Request ``R_A(I)`` for the one instance ``I`` of ``insts``, match ``P_A`` over it, join ``I``."""
+        [inst] = insts
         key = self.plan.key_of(inst.match)
         keys = None if self.plan.key is None else [key]
         events = self.request(keys, [self.access(inst)])

@@ -91,7 +91,7 @@ class SLLAA(Runner):
             return []
         self.subwindows += 1
         self.largest = max(self.largest, len(sub))
-        return self.submit(sub, lambda: self.answer(sub), self.answer)
+        return self.submit(sub, self.answer, mergeable=True)
 
     def answer(self, sub: list[LiveInstance]) -> list[Match]:
         """One archive request over the merged access ranges of ``sub``; join every instance."""

@@ -80,9 +80,9 @@ class ArchiveLookups:
             queue = self.waiting.get(id(owner))
             if not queue:
                 return  # taken by an earlier call, merged
-            if queue[0].answer is not None:
-                taken = [w for w in queue if w.answer is not None]
-                queue[:] = [w for w in queue if w.answer is None]
+            if queue[0].mergeable:
+                taken = [w for w in queue if w.mergeable]
+                queue[:] = [w for w in queue if not w.mergeable]
             else:
                 taken = [queue.pop(0)]
             if not queue:
