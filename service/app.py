@@ -75,11 +75,6 @@ def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
     return writer
 
 
-def run_options(row: QueryRow) -> RunOptions:
-    """The per-query options stored in a query's row (None: the service default)."""
-    return RunOptions(row.algorithm, row.tolerance_us, row.pm_capacity, row.pm_policy)
-
-
 def _open_pm_store(settings: Settings) -> Any:
     from service.db.pm_store import SqlPartialMatchStore
 
@@ -137,7 +132,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
                 name=q.name,
                 compiled=compiled,
                 active_since_us=q.active_since_us,
-                options=run_options(q),
+                options=RunOptions.from_row(q),
                 totals=q.counters,
             )
         except (QueryError, ValueError) as e:

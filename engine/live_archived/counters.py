@@ -11,6 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def quantile(xs: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of the sorted, non-empty ``xs``, interpolated linearly between ranks.
+
+    >>> quantile([1, 2, 3, 4], 0.5), quantile([10], 0.99)
+    (2.5, 10.0)
+    """
+    pos = q * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
 def summary(values: list[float]) -> dict[str, float]:
     """``n``, ``mean``, ``p50``, ``p95``, ``max`` of ``values`` (all 0 when empty).
 
@@ -21,14 +33,7 @@ def summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {"n": 0, "mean": 0, "p50": 0, "p95": 0, "max": 0}
     xs = sorted(values)
-
-    def pct(q: float) -> float:
-        pos = q * (len(xs) - 1)
-        lo = int(pos)
-        hi = min(lo + 1, len(xs) - 1)
-        return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-    return {"n": len(xs), "mean": sum(xs) / len(xs), "p50": pct(0.5), "p95": pct(0.95), "max": xs[-1]}
+    return {"n": len(xs), "mean": sum(xs) / len(xs), "p50": quantile(xs, 0.5), "p95": quantile(xs, 0.95), "max": xs[-1]}
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ from typing import Any
 
 from engine.events import Event
 from engine.live_archived.base import ArchiveWork, Runner
-from engine.live_archived.counters import summary
+from engine.live_archived.counters import quantile
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.match import Match
 from engine.matcher import LateEventError
@@ -161,7 +161,6 @@ class LiveArchivedWorker:
         self.stopped = False
         self.errors = 0
         self.late = 0
-        self.results = 0
         self.merged = 0
         """Deferred requests answered together with another one (SLLAA subwindows merged under load)."""
         self.cpu_s = 0.0
@@ -170,8 +169,6 @@ class LiveArchivedWorker:
         self.closed_at: dict[int, float] = {}
         self.close_to_commit_s: collections.deque[float] = collections.deque(maxlen=MAX_DELAYS_KEPT)
         """Per answered request: from the ingest (POST) that closed it to its results committed, seconds."""
-        self.idle = threading.Event()
-        self.idle.set()
         self.thread = threading.Thread(target=self._loop, name=f"lace-la-{query_id}", daemon=True)
         self.thread.start()
 
@@ -181,7 +178,6 @@ class LiveArchivedWorker:
         """Hand over accepted events (already archived) and the query's watermark; never waits."""
         with self.counts:
             self.backlog += len(events)
-            self.idle.clear()
         self.queue.put((events, watermark_us, time.time()))
 
     def call(self, fn: Callable[[], None]) -> None:
@@ -227,14 +223,11 @@ class LiveArchivedWorker:
                 self._commit(out)
             with self.counts:
                 self.backlog -= len(events)
-                if self.backlog == 0 and not self.in_flight:
-                    self.idle.set()
 
     def _defer(self, work: ArchiveWork) -> None:
         with self.counts:  # called by the runner, on this thread
             self.in_flight[id(work)] = work
             self.closed_at[id(work)] = self._offered_at
-            self.idle.clear()
         self.lookups.submit(self, work)
 
     def finished(self, works: list[ArchiveWork], results: list[Match]) -> None:
@@ -248,8 +241,6 @@ class LiveArchivedWorker:
                 closed = self.closed_at.pop(id(work), None)
                 if closed is not None:
                     self.close_to_commit_s.append(now - closed)
-            if self.backlog == 0 and not self.in_flight:
-                self.idle.set()
 
     def _commit(self, results: list[Match]) -> None:
         delay = 0.5
@@ -261,14 +252,9 @@ class LiveArchivedWorker:
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
-            self.results += len(results)
             return
 
     # ------------------------------------------------------------------ what the service reads
-
-    def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until every offered event is matched and every archive request answered (tests, demo)."""
-        return self.idle.wait(timeout_s)
 
     def resume_from_us(self) -> int | None:
         """Event time from which a restart must replay so that no result of this query is lost.
@@ -333,9 +319,4 @@ def _pcts(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50": 0.0, "p99": 0.0}
     xs = sorted(values)
-    s = summary(xs)
-
-    def pct(q: float) -> float:
-        return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
-
-    return {"p50": round(s["p50"], 3), "p99": round(pct(0.99), 3)}
+    return {"p50": round(quantile(xs, 0.5), 3), "p99": round(quantile(xs, 0.99), 3)}

@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -60,23 +61,15 @@ from service.db.session import now_us, transaction
 from service.live.events import EventInvalid, TypeSpec, validate_event
 from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 from service.live.outbox import Found, record_alerts
+from service.schemas.common import iso
 
 log = logging.getLogger(__name__)
 
 
 def content_digest(type_name: str, ts: int, attrs: dict[str, Any]) -> bytes:
     """16 bytes that identify an event's content (type, ts, attributes; not its id), stable across processes."""
-    import orjson
-
     body = orjson.dumps([type_name, ts, attrs], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.blake2b(body, digest_size=16).digest()
-
-
-def iso(ts_us: int) -> str:
-    """``ts_us`` as ISO-8601 UTC with microseconds (for messages)."""
-    from datetime import UTC, datetime, timedelta
-
-    return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ts_us)).isoformat().replace("+00:00", "Z")
 
 
 @dataclass(slots=True)
@@ -91,6 +84,11 @@ class RunOptions:
     tolerance_us: int | None = None
     pm_capacity: int | None = None
     pm_policy: str | None = None
+
+    @classmethod
+    def from_row(cls, row: QueryRow) -> RunOptions:
+        """The options stored in a query's row."""
+        return cls(row.algorithm, row.tolerance_us, row.pm_capacity, row.pm_policy)
 
 
 @dataclass(slots=True)
@@ -641,17 +639,6 @@ class LiveRuntime:
             for qid, values in rows:
                 session.execute(update(QueryRow).where(QueryRow.id == qid).values(**values))
 
-    def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until every live-and-archived query has matched what it was given and answered every
-        archive request (True), or ``timeout_s`` passed (False)."""
-        import time as _time
-
-        deadline = _time.monotonic() + timeout_s
-        for lq in list(self.queries.values()):
-            if lq.worker is not None and not lq.worker.wait_idle(max(deadline - _time.monotonic(), 0.0)):
-                return False
-        return True
-
     def _save(self, found: list[Found]) -> int:
         """Record alerts + outbox in one transaction; keep them for the next try if the database fails."""
         batch = [f for f in self._unsaved if f.query_id in self.queries] + found  # a deleted query's are dropped
@@ -722,10 +709,6 @@ class LiveRuntime:
             return n, self._save(found)
 
     # ------------------------------------------------------------------ gauges
-
-    def partial_matches(self) -> int:
-        """Partial matches in memory over every active query."""
-        return sum(int(lq.stats().get("live_partial_matches", 0)) for lq in list(self.queries.values()))
 
     def _refresh_gauges(self) -> None:
         m = self.metrics

@@ -89,7 +89,7 @@ def _stats(lq: LiveQuery) -> QueryStats:
 def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
     lq = runtime.queries.get(row.id)
     live_archived = row.kind == "live_archived"
-    opts = runtime.resolve(_row_options(row))
+    opts = runtime.resolve(RunOptions.from_row(row))
     return QueryPublic(
         id=row.id,
         name=row.name,
@@ -109,10 +109,6 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         stats=None if lq is None else _stats(lq),
         totals=lq.totals() if lq is not None else dict(row.counters or {}),
     )
-
-
-def _row_options(row: QueryRow) -> RunOptions:
-    return RunOptions(row.algorithm, row.tolerance_us, row.pm_capacity, row.pm_policy)
 
 
 def compile_text(text: str, runtime: LiveRuntime) -> Statement:
@@ -161,7 +157,7 @@ def _start(runtime: LiveRuntime, row: QueryRow, compiled: Statement, t: int) -> 
             name=row.name,
             compiled=compiled,
             active_since_us=t,
-            options=_row_options(row),
+            options=RunOptions.from_row(row),
             totals=row.counters,
         )
     except ValueError as e:
