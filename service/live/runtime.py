@@ -675,6 +675,7 @@ class LiveRuntime:
         """
         n = 0
         found: list[Found] = []
+        handed: dict[int, list[Event]] = {}  # live-and-archived queries' events, handed over in one batch each
         with self.lock:
             wall = time.monotonic()
             for e, ingested_at in rows:
@@ -689,7 +690,7 @@ class LiveRuntime:
                     if ingested_at <= lq.active_since_us:
                         continue
                     if lq.worker is not None:
-                        lq.worker.offer([e], None)
+                        handed.setdefault(lq.id, []).append(e)
                         continue
                     assert lq.detector is not None
                     try:
@@ -698,6 +699,10 @@ class LiveRuntime:
                         continue
                     found.extend(Found(lq.id, m) for m in ms)
             self._remember({})
+            for qid, events in handed.items():
+                worker = self.queries[qid].worker
+                assert worker is not None
+                worker.offer(events, None)
             found.extend(self._advance())
             self._offer([])
             for lq in self.queries.values():  # what the replay counts again was counted before the restart
