@@ -36,8 +36,8 @@ from cli.app import (
     read_text,
     silence_stdout,
 )
+from engine.detector import DEFAULT_TOLERANCE_US, is_live_archived, make_detector
 from engine.detector import compile as compile_statement
-from engine.detector import is_live_archived, make_detector
 from engine.events import Event
 from engine.io import EventFileError, iter_event_rows, match_line
 from engine.live_archived.plan import LiveArchivedPlan
@@ -57,7 +57,7 @@ class ReplayOptions:
     """How to replay (see ``lace replay --help``); durations in int microseconds."""
 
     algorithm: str = "sllaa"
-    tolerance_us: int = 60_000_000
+    tolerance_us: int = DEFAULT_TOLERANCE_US
     max_batch: int = 1_000
     pm_capacity: int | None = None
     pm_policy: str = "stpm"

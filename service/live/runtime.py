@@ -45,7 +45,7 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.detector import Detector, Statement, make_detector
+from engine.detector import DEFAULT_TOLERANCE_US, Detector, Statement, make_detector
 from engine.events import Event
 from engine.limits import QueryLimits
 from engine.live_archived.base import ArchiveWork
@@ -217,7 +217,7 @@ class LiveRuntime:
         self.max_reported = max_reported
         self.source = source
         self.pm_store = pm_store
-        self.defaults = defaults or RunOptions(Algorithm.sllaa, 60_000_000, None, PmPolicy.stpm)
+        self.defaults = defaults or RunOptions(Algorithm.sllaa, DEFAULT_TOLERANCE_US, None, PmPolicy.stpm)
         self.lookups = ArchiveLookups(lookup_workers, metrics.archive_request_seconds.observe)
         self._warming: threading.Thread | None = None
         self.lock = threading.RLock()

@@ -142,12 +142,13 @@ def update_event_type(
             if attr not in merged:
                 defaults[attr] = None  # added attributes are optional: producers that do not send it keep working
             merged[attr] = kind
+        used = _used_attributes(session, name) if body.remove else {}
         for attr in body.remove or []:
             if attr not in merged:
                 raise ApiError(422, f"{attr!r} is not an attribute of {name}", "body.remove")
             if attr == row.partition_key:
                 raise ApiError(409, f"{attr!r} is the partition key; it cannot be removed", "body.remove")
-            users = _used_attributes(session, name).get(attr)
+            users = used.get(attr)
             if users:
                 raise ApiError(409, f"queries use {name}.{attr}: {', '.join(sorted(users))}", "body.remove")
             del merged[attr]
