@@ -18,13 +18,15 @@ help:  ## list the targets
 venv: $(STAMP)  ## create .venv (Python 3.11; LACE_VENV=dir to move it) and install LACE with dev extras
 
 # Reinstall when pyproject.toml changes or a top-level package appears (editable installs map packages at install time).
-$(STAMP): pyproject.toml $(wildcard */__init__.py)
+$(STAMP): pyproject.toml tests/plugin_pkg/pyproject.toml $(wildcard */__init__.py)
 	@if [ ! -x "$(PY)" ]; then \
 	  command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is required ($(PYTHON) not found on PATH)" >&2; exit 1; }; \
 	  echo "creating $(LACE_VENV) with $(PYTHON)"; \
 	  $(PYTHON) -m venv $(LACE_VENV); \
 	fi
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# the test plug-in package (issue 16): registers entry points that tests/engine/test_plugins.py uses
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e tests/plugin_pkg
 	@touch $@
 
 test: check-java venv  ## run the whole test suite, slow tests included

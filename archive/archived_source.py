@@ -24,6 +24,8 @@ from engine.live_archived.source import Ranges, normalize_request
 from engine.matcher import Matcher
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from archive.extractor import Extractor
     from archive.schema import EventType
     from archive.stats import ArchiveStats
@@ -96,12 +98,28 @@ class SparkArchiveSource:
         """See :meth:`engine.live_archived.source.ArchiveSource.extract`: one Spark job."""
         from archive.schema import output_to_events
 
+        table, keep = self.extract_table(types, keys, ranges, key_attr=key_attr)
+        if table is None:
+            return []
+        events = output_to_events(table)
+        return events if keep is None else keep_requested(events, keep, key_attr)
+
+    def extract_table(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+    ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
+        """:meth:`extract` as one Spark job's Arrow table (output shape: ``id, type, ts``, attributes).
+
+        Returns ``(table, keep)``: ``table`` None when nothing can match; ``keep`` None when every row
+        was requested, else the ``{key: ranges}`` the rows must still be filtered by
+        (:func:`keep_requested`; keys Spark could not select by). The service's live-and-archived
+        processes convert the rows themselves (``archive.schema.output_to_events``).
+        """
         if self.before_read is not None:
             self.before_read()
         etypes = self._known(types)
         request = normalize_request(keys, ranges)
         if not etypes or not request:
-            return []
+            return None, None
         request = {k: [_clamp(r) for r in rs] for k, rs in request.items()}
         keyed = None not in request
         kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
@@ -115,14 +133,12 @@ class SparkArchiveSource:
                 if tk is not None:
                     typed.setdefault(tk, []).extend(rs)
             if not typed:
-                return []
-            table = self.extractor.extract(list(etypes), None, typed)
-            return output_to_events(table)
+                return None, None
+            return self.extractor.extract(list(etypes), None, typed), None
         if not keyed:
-            return output_to_events(self.extractor.extract(list(etypes), None, request[None]))
+            return self.extractor.extract(list(etypes), None, request[None]), None
         union = [r for rs in request.values() for r in rs]
-        events = output_to_events(self.extractor.extract(list(etypes), None, union))
-        return [e for e in events if _in(e, request, key_attr)]
+        return self.extractor.extract(list(etypes), None, union), request
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
@@ -163,6 +179,13 @@ class SparkArchiveSource:
         matcher = Matcher(query)
         n = sum(len(matcher.push(e)) for e in events) + len(matcher.flush())
         return n / len(events)
+
+
+def keep_requested(
+    events: list[Event], request: Mapping[Hashable, Sequence[Range]], key_attr: str | None
+) -> list[Event]:
+    """The ``events`` whose ``key_attr`` value is a key of ``request`` and whose ts is in its ranges."""
+    return [e for e in events if _in(e, request, key_attr)]
 
 
 def _in(event: Event, request: Mapping[Hashable, Sequence[Range]], key_attr: str | None) -> bool:
@@ -259,6 +282,12 @@ class LazyArchiveSource:
     ) -> list[Event]:
         """See :meth:`SparkArchiveSource.extract`."""
         return self.get().extract(types, keys, ranges, key_attr=key_attr)
+
+    def extract_table(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+    ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
+        """See :meth:`SparkArchiveSource.extract_table`."""
+        return self.get().extract_table(types, keys, ranges, key_attr=key_attr)
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None

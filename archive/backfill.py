@@ -210,12 +210,17 @@ def _instances_fn(
 
         compiled, encode = _side(query_text, side)
         matcher = Matcher(compiled)
-        table = table.sort_by([("ts", "ascending"), ("id", "ascending")])
+        if "ts_end" in table.column_names:  # interval types (issue 15): the matcher's order is (ts_end, id)
+            ends = pc.coalesce(table.column("ts_end"), table.column("ts"))
+            table = table.set_column(table.column_names.index("ts_end"), "ts_end", ends)
+            table = table.sort_by([("ts_end", "ascending"), ("id", "ascending")])
+        else:
+            table = table.sort_by([("ts", "ascending"), ("id", "ascending")])
         found = []
         push = matcher.push
-        for etype, ids, tss, names, values in _columns(table, attrs_by_type):
-            for i, ts, vals in zip(ids, tss, values):
-                found.extend(push(Event(i, etype, ts, dict(zip(names, vals)))))
+        for etype, ids, tss, ends_, names, values in _columns(table, attrs_by_type):
+            for i, ts, end, vals in zip(ids, tss, ends_, values):
+                found.extend(push(Event(i, etype, ts, dict(zip(names, vals)), end)))
         found.extend(matcher.flush())
         acc.add(table.num_rows)
         keys, starts, ends, payloads = [], [], [], []
@@ -240,8 +245,11 @@ def _instances_fn(
 
 def _columns(
     table: pa.Table, attrs_by_type: dict[str, list[str]]
-) -> Iterator[tuple[str, list[int], list[int], list[str], Iterator[tuple[Any, ...]]]]:
-    """A (ts, id)-sorted group as ``(type, ids, tss, attribute names, value tuples)`` runs of one type each.
+) -> Iterator[tuple[str, list[int], list[int], Any, list[str], Iterator[tuple[Any, ...]]]]:
+    """A sorted group as ``(type, ids, tss, ts_ends, attribute names, value tuples)`` runs of one type each.
+
+    ``ts_ends`` is the ``ts_end`` list of an extract with interval types, else an iterator of None
+    (point events).
 
     A group of one event type (the usual case) is one run: its columns are converted once, not cell by cell.
     """
@@ -260,7 +268,12 @@ def _columns(
         names = list(attrs_by_type.get(etype, ()))
         cols = [part.column(a).to_pylist() for a in names]
         values = zip(*cols) if cols else itertools.repeat((), part.num_rows)
-        yield etype, part.column("id").to_pylist(), part.column("ts").to_pylist(), names, values
+        ends = (
+            part.column("ts_end").to_pylist()
+            if "ts_end" in part.column_names
+            else itertools.repeat(None, part.num_rows)
+        )
+        yield etype, part.column("id").to_pylist(), part.column("ts").to_pylist(), ends, names, values
 
 
 def _join_fn(query_text: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -503,6 +516,7 @@ def run_backfill(
     BackfillError
         For a bad query or range, an unknown event type, a cancelled or failed job.
     """
+    from engine.compiler import CompiledQuery
     from engine.detector import compile as compile_statement
     from engine.live_archived.plan import LiveArchivedPlan as Plan
     from engine.lql.errors import QueryError
@@ -512,6 +526,9 @@ def run_backfill(
         raise BackfillError(f"empty range: --to ({to_us}) must be after --from ({from_us})")
     try:
         statement = compile_statement(query_text)
+        if not isinstance(statement, (Plan, CompiledQuery)):  # INTERVAL (issue 15): a rule graph statement
+            reason = "backfills run pattern queries; INTERVAL statements run live (lace match, POST /queries)"
+            raise BackfillError(reason)
         # a live-and-archived query needs a second side and a join in Spark
         plan: LiveArchivedPlan | None = statement if isinstance(statement, Plan) else None
         compiled = None if isinstance(statement, Plan) else statement

@@ -153,6 +153,9 @@ def _type_sql(
     for f in out:
         if f.name in ("id", "type", "ts"):
             continue
+        if f.name == "ts_end":  # issue 15: interval types store their end; point events of a mixed extract: null
+            cols.append("unix_micros(t.ts_end) AS ts_end" if etype.interval else "CAST(NULL AS BIGINT) AS ts_end")
+            continue
         kind = etype.attributes.get(f.name)
         if kind is None or f.name not in present:
             cols.append(f"CAST(NULL AS {_spark_type(f.type)}) AS `{f.name}`")

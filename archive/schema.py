@@ -2,12 +2,14 @@
 
 Three Arrow shapes of the events of one type:
 
-* **record** (WAL and recent buffer): ``id`` int64, ``ts`` timestamp[us, UTC], the
-  attributes, ``ingested_at`` timestamp[us, UTC];
+* **record** (WAL and recent buffer): ``id`` int64, ``ts`` timestamp[us, UTC], ``ts_end``
+  timestamp[us, UTC] for an interval type only (issue 15), the attributes, ``ingested_at``
+  timestamp[us, UTC];
 * **table** (the Delta table): the record columns plus ``date``, the UTC date of ``ts``
   as ``YYYY-MM-DD`` (the partition column);
 * **output** (what the extractor returns): ``id`` int64, ``type`` string, ``ts`` int64
-  microseconds UTC, the attributes with timestamps as int64 microseconds, like
+  microseconds UTC, ``ts_end`` int64 when one of the types is an interval type (null for the
+  events of point types), the attributes with timestamps as int64 microseconds, like
   :class:`engine.events.Event`.
 
 ``ts`` is written tz-aware (UTC): a tz-less Arrow timestamp would become a Delta
@@ -38,7 +40,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
     "timestamp": TS_TYPE,
 }
-RESERVED = frozenset({"id", "ts", "type", "date", "ingested_at"})
+RESERVED = frozenset({"id", "ts", "type", "date", "ingested_at", "ts_end", "duration"})
 US_PER_DAY = 86_400_000_000
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 CATALOG_FILE = "_lace/types.json"
@@ -62,6 +64,9 @@ class EventType:
     key : str, optional
         The attribute archive requests select by (e.g. a sensor id); None: requests on
         this type select by time only.
+    interval : bool
+        An interval type (issue 15): its events carry ``ts_end`` (> ``ts``), stored in a
+        ``ts_end`` column; it cannot change once registered.
 
     Examples
     --------
@@ -75,6 +80,7 @@ class EventType:
     name: str
     attributes: Mapping[str, AttrType] = field(default_factory=dict)
     key: str | None = None
+    interval: bool = False
 
     def __post_init__(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -101,6 +107,9 @@ class EventType:
         """
         if newer.name != self.name:
             raise SchemaError(f"cannot evolve type {self.name} with type {newer.name}")
+        if newer.interval != self.interval:
+            kinds = ("a point type", "an interval type")
+            raise SchemaError(f"type {self.name} is {kinds[self.interval]}, cannot make it {kinds[newer.interval]}")
         if newer.key is not None and self.key is not None and newer.key != self.key:
             raise SchemaError(f"type {self.name}: key is {self.key!r}, cannot change it to {newer.key!r}")
         merged = dict(self.attributes)
@@ -108,11 +117,13 @@ class EventType:
             if attr in merged and merged[attr] != kind:
                 raise SchemaError(f"type {self.name}: attribute {attr!r} is {merged[attr]}, cannot change it to {kind}")
             merged[attr] = kind
-        return EventType(self.name, merged, self.key if self.key is not None else newer.key)
+        return EventType(self.name, merged, self.key if self.key is not None else newer.key, self.interval)
 
     def record_schema(self) -> pa.Schema:
         """WAL / recent-buffer schema: ``id``, ``ts``, attributes, ``ingested_at``."""
         cols = [pa.field("id", pa.int64(), nullable=False), pa.field("ts", TS_TYPE, nullable=False)]
+        if self.interval:
+            cols.append(pa.field("ts_end", TS_TYPE, nullable=False))
         cols += [pa.field(a, ARROW_TYPES[k]) for a, k in self.attributes.items()]
         cols.append(pa.field("ingested_at", TS_TYPE, nullable=False))
         return pa.schema(cols)
@@ -126,7 +137,10 @@ class EventType:
         return output_schema([self])
 
     def to_json(self) -> dict[str, Any]:
-        return {"attributes": dict(self.attributes), "key": self.key}
+        out: dict[str, Any] = {"attributes": dict(self.attributes), "key": self.key}
+        if self.interval:
+            out["interval"] = True
+        return out
 
 
 def output_schema(types: Sequence[EventType]) -> pa.Schema:
@@ -143,6 +157,8 @@ def output_schema(types: Sequence[EventType]) -> pa.Schema:
             if attrs.setdefault(a, k) != k:
                 raise SchemaError(f"attribute {a!r} is {attrs[a]} in one type and {k} in {t.name}: extract them apart")
     cols = [pa.field("id", pa.int64()), pa.field("type", pa.string()), pa.field("ts", pa.int64())]
+    if any(t.interval for t in types):
+        cols.append(pa.field("ts_end", pa.int64()))
     cols += [pa.field(a, pa.int64() if k == "timestamp" else ARROW_TYPES[k]) for a, k in attrs.items()]
     return pa.schema(cols)
 
@@ -175,6 +191,8 @@ def events_to_record(etype: EventType, events: Sequence[Event], *, ingested_at_u
             pa.array([e.id for e in events], pa.int64()),
             pa.array([e.ts for e in events], pa.int64()).cast(TS_TYPE),
         ]
+        if etype.interval:
+            cols.append(pa.array([e.ts_end for e in events], pa.int64()).cast(TS_TYPE))
         for attr, kind in known.items():
             values = [e.attrs.get(attr) for e in events]
             if kind == "timestamp":
@@ -201,7 +219,9 @@ def normalize_record(etype: EventType, table: pa.Table, *, ingested_at_us: int) 
     for required in ("id", "ts"):
         if required not in names:
             raise SchemaError(f"type {etype.name}: column {required!r} is required")
-    extra = names - set(etype.attributes) - {"id", "ts", "ingested_at"}
+    if etype.interval and "ts_end" not in names:
+        raise SchemaError(f"type {etype.name}: column 'ts_end' is required (an interval type)")
+    extra = names - set(etype.attributes) - {"id", "ts", "ingested_at"} - ({"ts_end"} if etype.interval else set())
     if extra:
         raise SchemaError(f"type {etype.name}: unknown column(s) {', '.join(sorted(extra))}; register them first")
     n = table.num_rows
@@ -249,6 +269,8 @@ def record_to_output(etype: EventType, table: pa.Table) -> pa.Table:
     """A record-shaped table -> output shape (see the module docstring)."""
     n = table.num_rows
     cols = [table.column("id"), pa.array([etype.name] * n, pa.string()), table.column("ts").cast(pa.int64())]
+    if etype.interval:
+        cols.append(table.column("ts_end").cast(pa.int64()))
     for attr, kind in etype.attributes.items():
         col = table.column(attr) if attr in table.column_names else pa.nulls(n, ARROW_TYPES[kind])
         cols.append(col.cast(pa.int64()) if kind == "timestamp" else col)
@@ -258,12 +280,17 @@ def record_to_output(etype: EventType, table: pa.Table) -> pa.Table:
 def output_to_events(table: pa.Table) -> list[Event]:
     """Output-shaped rows -> :class:`engine.events.Event` objects (null attributes left out)."""
     cols = table.to_pydict()
-    attrs = [c for c in table.column_names if c not in ("id", "type", "ts")]
-    out = []
-    for i in range(table.num_rows):
-        values = {a: cols[a][i] for a in attrs if cols[a][i] is not None}
-        out.append(Event(cols["id"][i], cols["type"][i], cols["ts"][i], values))
-    return out
+    attrs = [c for c in table.column_names if c not in ("id", "type", "ts", "ts_end")]
+    if not attrs:
+        dicts: list[dict[str, Any]] = [{} for _ in range(table.num_rows)]
+    elif any(table.column(a).null_count for a in attrs):
+        dicts = [{a: v for a, v in zip(attrs, row) if v is not None} for row in zip(*(cols[a] for a in attrs))]
+    else:  # one dict per row straight from zip (no test per value): archives without nulls convert ~2x faster
+        dicts = [dict(zip(attrs, row)) for row in zip(*(cols[a] for a in attrs))]
+    ends = cols.get("ts_end")  # null for the point events of a mixed extract
+    if ends is None:
+        return [Event(i, t, ts, d) for i, t, ts, d in zip(cols["id"], cols["type"], cols["ts"], dicts)]
+    return [Event(i, t, ts, d, e) for i, t, ts, d, e in zip(cols["id"], cols["type"], cols["ts"], dicts, ends)]
 
 
 def load_catalog(root: str | Path) -> dict[str, EventType]:
@@ -273,7 +300,9 @@ def load_catalog(root: str | Path) -> dict[str, EventType]:
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
     return {
-        name: EventType(name, cast(dict[str, AttrType], spec["attributes"]), spec.get("key"))
+        name: EventType(
+            name, cast(dict[str, AttrType], spec["attributes"]), spec.get("key"), bool(spec.get("interval", False))
+        )
         for name, spec in data.items()
     }
 

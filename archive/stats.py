@@ -2,6 +2,9 @@
 
 * :meth:`ArchiveStats.counts`: events per type and key over a union of ranges (one
   Spark job).
+* :meth:`ArchiveStats.pass_estimates`: pass probability of each WHERE conjunct of a live
+  query, measured over archived events (EXPLAIN with events, ``engine.nfa.explain``): the
+  ``estimates`` that seed the query's conjunct order (004, Strategy 1) before it sees a live event.
 * :meth:`ArchiveStats.selectivity`: ``Sel_P = N_P / |S|`` of an archived pattern,
   estimated by running the engine's matcher over a sample of the archive. The sample
   is a random subset of keys when the pattern is partitioned by the types' key (a
@@ -109,6 +112,34 @@ class ArchiveStats:
                 table = table.sort_by([("type", "ascending"), ("key", "ascending")])
         self._store(cache_key, table)
         return table
+
+    def pass_estimates(
+        self,
+        query: str,
+        *,
+        ranges: Sequence[Range] = ALL_TIME,
+        version: int | dict[str, int] | None = None,
+    ) -> dict[str, float]:
+        """Pass probability per WHERE conjunct of the live query ``query`` (LQL text), keyed by its normalized
+        text, measured over the archived events of its types in ``ranges`` (int us, half-open).
+
+        ``compile_query(query, estimates=stats.pass_estimates(query))`` then orders each NFA edge by them from
+        the first live event (004, Strategy 1). Runs EXPLAIN with events (:mod:`engine.nfa.explain`) over the
+        whole range (no key sample): give a short range. Cached per snapshot version.
+        """
+        from engine.nfa.explain import explain, measured_estimates
+
+        compiled = compile_query(query)
+        names = sorted(compiled.types)
+        pins = self.extractor.reader.pin(names, version)
+        cache_key = ("pass", query, tuple(ranges), tuple(sorted(pins.items())))
+        hit = self._cached(cache_key)
+        if isinstance(hit, dict):
+            return hit
+        table = self.extractor.extract(names, None, ranges, version=pins, include_recent=False)
+        result = measured_estimates(explain(compiled, events=list(output_to_events(table))))
+        self._store(cache_key, result)
+        return result
 
     def selectivity(
         self,

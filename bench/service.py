@@ -173,7 +173,10 @@ def latency(c: httpx.Client, rx: Receiver, stream: Stream, rate: int, seconds: f
     }
 
 
-AARHUS = REPO.parent / "shared" / "data" / "aarhus"
+AARHUS = next(
+    (p / "shared" / "data" / "aarhus" for p in REPO.parents if (p / "shared" / "data" / "aarhus").is_dir()),
+    REPO.parent / "shared" / "data" / "aarhus",
+)  # /work/shared from a checkout in /work/main or a worktree in /work/wt/NAME
 LA_QUERY = REPO / "cli" / "demo_data" / "queries" / "congested_same_hour.lql"
 DAY_MS = 86_400_000
 
@@ -260,7 +263,9 @@ def live_archived_run(args: argparse.Namespace) -> int:
                     },
                 ).raise_for_status()
                 wall = post_lines(c, archived, args.batch)
-                result["ingest_no_query"] = {"events": len(archived), "events_per_s": round(len(archived) / wall)}
+                result["ingest_no_query"] = {
+                    "events": len(archived), "events_per_s": round(len(archived) / wall), "load": _load()
+                }
                 print(json.dumps(result), flush=True)
                 q = c.post(
                     "/queries", json={"text": LA_QUERY.read_text(), "algorithm": "sllaa", "tolerance": "10 min"}
@@ -268,7 +273,9 @@ def live_archived_run(args: argparse.Namespace) -> int:
                 c.post("/webhooks", json={"query_id": q["id"], "url": rx.url}).raise_for_status()
                 time.sleep(20)  # Spark starts in the background when the query is registered
                 wall = post_lines(c, fast, args.batch)
-                result["ingest_with_query"] = {"events": len(fast), "events_per_s": round(len(fast) / wall)}
+                result["ingest_with_query"] = {
+                    "events": len(fast), "events_per_s": round(len(fast) / wall), "load": _load()
+                }
                 print(json.dumps(result), flush=True)
                 before = wait_la_idle(c, q["id"])["live_archived"]
                 rx.received.clear()
@@ -293,6 +300,7 @@ def live_archived_run(args: argparse.Namespace) -> int:
                     "commit_to_webhook_p99_ms": round(p99_dispatch, 1),
                     "close_to_webhook_p99_bound_ms": round(la["close_to_commit_p99_ms"] + p99_dispatch, 1),
                     "errors": la["errors"],
+                    "load": _load(),
                 }
                 result["query_stats"] = stats
         finally:
@@ -307,6 +315,11 @@ def live_archived_run(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _load() -> str:
+    """The 1, 5 and 15 minute load averages (what ``uptime`` prints), for the record beside each number."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _iso_s(text: str) -> float:

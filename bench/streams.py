@@ -53,6 +53,27 @@ def generate_events(n: int, types: int = 3, keys: int = 100, rate: float = 1000,
     ]
 
 
+def climb_events(n: int = 60_000, keys: int = 100, seed: int = 42) -> list[Event]:
+    """The synthetic "climb" stream of issue 17: readings that rise for minutes.
+
+    ``keys`` keys (``key`` = "k0" .. "k99"), one event of type ``E`` per key per second, in ts order
+    (key k at second s has ts ``s * 1_000_000 + k`` microseconds, id = 1-based index); each key's ``x``
+    starts at 0 and rises every second by a Gaussian step of mean 0.5 and standard deviation 0.2
+    (``random.Random(seed)``), so a step is negative about once in 160 seconds and climbs last minutes.
+    """
+    import random
+
+    rng = random.Random(seed)
+    x = [0.0] * keys
+    names = [f"k{k}" for k in range(keys)]
+    out = []
+    for i in range(n):
+        k = i % keys
+        x[k] += rng.gauss(0.5, 0.2)
+        out.append(Event(i + 1, "E", (i // keys) * 1_000_000 + k, {"key": names[k], "x": x[k]}))
+    return out
+
+
 def bench_csv(
     n: int, types: int = 3, keys: int = 100, rate: float = 1000, seed: int = 42, cache_dir: Path | None = None
 ) -> Path:

@@ -1,6 +1,6 @@
 """The ``lace`` command line (DESIGN.md section 12): the typer app and what its commands share.
 
-One module per command registers itself on :data:`app` (``cli.match``, ``cli.replay``, ``cli.demo``,
+One module per command registers itself on :data:`app` (``cli.match``, ``cli.explain``, ``cli.replay``, ``cli.demo``,
 ``cli.backfill``, ``cli.serve``); :mod:`cli.main` imports them all.
 
 User errors (bad query, missing file, bad event row) print one ``error: ...`` line on

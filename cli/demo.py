@@ -3,8 +3,8 @@
 The bundled data (``cli/demo_data``, attribution in its README.md) are two real streams:
 1-minute trade bars of AIG, BAC, IBM and SPY in the week of 2013-10-07 (QuantConnect LEAN
 sample data) and two weeks of 5-minute traffic readings of 40 Aarhus road segments
-(CityPulse / Open Data Aarhus). ``hour`` (the UTC hour of day) is added to every event as it is
-read (LQL has no modulo; the "same hour on previous days" query joins on it).
+(CityPulse / Open Data Aarhus). The "same hour on previous days" query joins on
+``hour_of_day(ts)``, a built-in function plug-in (engine/plugins).
 
 What the demo does, all of it over HTTP as a user would (:func:`run_demo`):
 
@@ -141,10 +141,10 @@ class QueryRun:
 
 
 def load_stream(data_dir: Path = DATA) -> list[Event]:
-    """Both bundled streams merged in (ts, id) order; ids renumbered to stay unique; ``hour`` added."""
+    """Both bundled streams merged in (ts, id) order; ids renumbered to stay unique."""
     streams = [list(read_events(data_dir / name)) for name in STREAMS]
     merged = list(heapq.merge(*streams, key=lambda e: (e.ts, e.type)))
-    return [Event(i, e.type, e.ts, {**e.attrs, "hour": (e.ts // HOUR_US) % 24}) for i, e in enumerate(merged, start=1)]
+    return [Event(i, e.type, e.ts, e.attrs) for i, e in enumerate(merged, start=1)]
 
 
 def split_stream(events: list[Event], splits: dict[str, int] = SPLITS) -> tuple[list[Event], list[Event]]:

@@ -40,7 +40,15 @@ class MatchFormatChoice(StrEnum):
 
 @app.command()
 def match(
-    query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file.")],
+    query: Annotated[
+        list[Path],
+        typer.Option(
+            "--query",
+            "-q",
+            help="LQL query file; repeat it, or put several statements separated by ';' in one file, to run "
+            "them as one rule graph (FILTER, EMIT INTO, AGGREGATE).",
+        ),
+    ],
     events: Annotated[
         Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
     ],
@@ -63,8 +71,13 @@ def match(
     pm_policy: PmPolicyOption = PmPolicy.stpm,
     pm_store: PmStoreOption = None,
 ) -> None:
-    """Run a live-only query over an event file (CSV, JSONL or Parquet); one JSON object per match."""
-    text = read_text(query)
+    """Run live-only queries over an event file (CSV, JSONL or Parquet); one JSON object per match.
+
+    Several statements run as one rule graph: FILTER rules first, EMIT INTO statements feed the statements
+    that read their derived type, and every statement's output is written with its query name (the results
+    of EMIT INTO statements, i.e. the derived events, included).
+    """
+    texts = [(path, read_text(path)) for path in query]
     if not events.is_file():
         fail(f"{events}: no such file")
     column_types = _load_schema(schema) if schema is not None else None
@@ -74,28 +87,110 @@ def match(
         fail(f"--lateness: {e}")
 
     from engine.compiler import compile_query
+    from engine.lql import ast
     from engine.lql.errors import QueryError
+    from engine.lql.parser import parse_script
     from engine.matcher import Matcher
 
-    try:
-        compiled = compile_query(text, strategy=strategy.value if strategy else None)
-    except QueryError as e:
-        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    statements: list[tuple[Path, Any]] = []
+    for path, text in texts:
+        try:
+            statements.extend((path, q) for q in parse_script(text))
+        except QueryError as e:
+            fail(f"{path}:{e.line}:{e.column}: {e.reason}")
+    if not statements:
+        fail(f"{query[0]}: no statement")
+    single = len(statements) == 1 and isinstance(statements[0][1], ast.PatternQuery)
+    if single and statements[0][1].emit_into is None:
+        path, tree = statements[0]
+        try:
+            compiled = compile_query(tree, strategy=strategy.value if strategy else None)
+        except QueryError as e:
+            fail(f"{path}:{e.line}:{e.column}: {e.reason}")
+    else:
+        compiled = None
     store_cm: Any = contextlib.nullcontext()  # SQLAlchemy is imported only for a partial-match store
     if pm_capacity is not None:
         from service.db.pm_store import open_pm_store
 
         store_cm = open_pm_store(pm_store or "", fail)
     with store_cm as store:
-        matcher = Matcher(
-            compiled,
-            storage=storage.value,
-            allowed_lateness_us=lateness_us,
-            pm_capacity=pm_capacity,
-            pm_policy=pm_policy.value,
-            pm_store=store,
-        )
-        _run_match(matcher, events, ts_unit, sort, out, stats, format.value, column_types)
+
+        def make_matcher(q: Any, query_id: str | None = None) -> Matcher:
+            return Matcher(
+                q,
+                storage=storage.value,
+                allowed_lateness_us=lateness_us,
+                pm_capacity=pm_capacity,
+                pm_policy=pm_policy.value,
+                pm_store=store,
+                pm_query_id=query_id,
+            )
+
+        if compiled is not None:
+            runner: Any = make_matcher(compiled)
+        else:
+            runner = _graph_run(statements, strategy.value if strategy else None, lateness_us, make_matcher)
+        _run_match(runner, events, ts_unit, sort, out, stats, format.value, column_types)
+
+
+class _GraphRun:
+    """A rule graph behind the matcher's verbs for :func:`_run_match`: filters, then the statements."""
+
+    def __init__(self, graph: Any) -> None:
+        self.graph = graph
+        self.dropped = 0
+
+    def push(self, event: Any) -> list[Any]:
+        if self.graph.filter(event) is not None:
+            self.dropped += 1
+            return []
+        out = [m for _, m in self.graph.push(event)]
+        self._check_plugins()
+        return out
+
+    def flush(self) -> list[Any]:
+        out = [m for _, m in self.graph.flush()]
+        self._check_plugins()
+        return out
+
+    def _check_plugins(self) -> None:
+        """A plug-in that misbehaved stopped its statement: stop the run with one error line naming both."""
+        if self.graph.plugin_errors:
+            name, _, reason = self.graph.take_plugin_errors()[0]
+            fail(f"statement {name}: {reason}")
+
+    def take_late(self) -> list[str]:
+        return self.graph.take_late()
+
+    def stats(self) -> dict[str, Any]:
+        return {"statements": self.graph.stats(), "filtered": self.dropped}
+
+
+def _graph_run(statements: list[tuple[Path, Any]], strategy: str | None, lateness_us: int, make_matcher: Any) -> Any:
+    from engine.compiler import CompiledQuery
+    from engine.detector import compile_statement
+    from engine.lql.errors import QueryError
+    from engine.rules.graph import RuleGraph, default_factory
+    from engine.rules.index import RuleIndex
+
+    def factory(statement: Any) -> Any:
+        if isinstance(statement, CompiledQuery):
+            return make_matcher(statement, statement.name)
+        return default_factory(statement, lateness_us)
+
+    graph = RuleGraph(factory=factory, allowed_lateness_us=lateness_us, router=RuleIndex())
+    graph.report_derived = True
+    for i, (path, tree) in enumerate(statements, 1):
+        name = tree.name or f"statement_{i}"
+        try:
+            graph.add(name, compile_statement(tree, strategy=strategy))
+        except QueryError as e:
+            fail(f"{path}:{e.line}:{e.column}: {e.reason}")
+        except TypeError:
+            where = f"{path}:{tree.pos.line}:{tree.pos.column}"
+            fail(f"{where}: a live-and-archived statement needs the archive: use `lace replay` or the service")
+    return _GraphRun(graph)
 
 
 def _load_schema(path: Path) -> dict[str, str]:
@@ -128,6 +223,7 @@ def _run_match(
 ) -> None:
     from engine.match_files import MatchWriter
     from engine.matcher import LateEventError
+    from engine.plugins.api import PluginError
 
     if fmt == "parquet" and out is None:
         fail("--format parquet needs --out FILE")
@@ -141,6 +237,7 @@ def _run_match(
         gc.freeze()  # modules and the file's columns live to the end: keep them out of every collection
         sink = MatchWriter(_open_out_binary(out), fmt)  # type: ignore[arg-type]
         push, write = matcher.push, sink.write
+        take_late = getattr(matcher, "take_late", None)
         for batch in source.batches():
             for i, event in enumerate(batch, n_events):
                 try:
@@ -152,11 +249,18 @@ def _run_match(
                     continue
                 if found:
                     write(found)
+                if take_late is not None:
+                    for reason in take_late():
+                        n_late += 1
+                        if n_late <= MAX_LATE_REPORTS:
+                            warn(f"{events} {source.where(i)}: {reason}")
             n_events += len(batch)
         write(matcher.flush())
         sink.flush()
         n_matches = sink.written
     except EventFileError as e:
+        fail(str(e))
+    except PluginError as e:  # a plug-in the query names misbehaved: one line, no traceback
         fail(str(e))
     except OSError as e:
         if isinstance(e, BrokenPipeError):

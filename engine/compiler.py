@@ -5,8 +5,8 @@ in :class:`engine.matcher.Matcher` (Flink CEP's NFA / NFAState split).
 """
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine.events import Event
@@ -14,14 +14,17 @@ from engine.lql.ast import (
     STRATEGIES,
     BoolOp,
     Equivalence,
+    OperatorUse,
     PatternQuery,
     Schema,
     components,
 )
+from engine.lql.checks import operator_uses
 from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.nfa.compiler import NFAPlan, PlanCompiler
 from engine.nfa.plans import expand
+from engine.nfa.tree import TreeCostModel, choose_shape, left_deep, tree_supported
 
 
 @dataclass(slots=True)
@@ -47,6 +50,10 @@ class CompiledQuery:
         Every event type the pattern mentions (the query stream).
     variables : tuple[str, ...]
         Positive variables in pattern order (keys of ``Match.events``).
+    plan_kind : str
+        ``nfa`` or ``tree``: how the plans are evaluated (PLAN clause; :mod:`engine.nfa.tree`).
+    trees : list
+        For ``tree``: per plan, ``(shape, conjuncts)`` for :class:`engine.nfa.tree.TreeStorage`.
     """
 
     name: str | None
@@ -57,16 +64,30 @@ class CompiledQuery:
     plans: list[NFAPlan]
     types: frozenset[str]
     variables: tuple[str, ...]
+    operators: tuple[OperatorUse, ...] = ()
+    """The operator components' operators (issue 16), run by :class:`engine.plugins.stage.OperatorStage`
+    before the NFA; :attr:`types` then holds their input types too."""
+    plan_kind: str = "nfa"
+    trees: list[Any] = field(default_factory=list)
+
+    @property
+    def emit_into(self) -> str | None:
+        """The derived event type of ``EMIT INTO`` (None: the matches are results/alerts)."""
+        return self.ast.emit_into
 
     @property
     def live_types(self) -> frozenset[str]:
-        """The event types whose live events the query consumes (= :attr:`types`; as on a live-and-archived plan)."""
-        return self.types
+        """The event types whose live events the query consumes (= :attr:`stream_types`; as on a live-and-archived
+        plan)."""
+        return self.stream_types
 
     @property
     def stream_types(self) -> frozenset[str]:
-        """Every event type the query reads (= :attr:`types`; as on a live-and-archived plan)."""
-        return self.types
+        """Every event type the query reads from its stream (:attr:`types` without the operators' composite types,
+        which the query makes itself; as on a live-and-archived plan)."""
+        if not self.operators:
+            return self.types
+        return self.types - {use.derived_type for use in self.operators}
 
     def key_of(self, event: Event) -> Hashable:
         """The partition key of ``event``: None without PARTITION BY, the value of one attribute, or a tuple."""
@@ -82,11 +103,18 @@ class CompiledQuery:
         first = env[0][0] if plan.slots[0].kleene else env[0]
         last = env[-1][-1] if plan.slots[-1].kleene else env[-1]
         fields = {alias: fn(env, 0, None) for alias, fn in plan.returns} if plan.returns else None
-        return Match(self.name, None, first.ts, last.ts, fields, plan.layout, env)
+        return Match(self.name, None, first.ts, last.ts_end, fields, plan.layout, env)
 
 
 def compile_query(
-    source: str | PatternQuery, schemas: Schema | None = None, strategy: str | None = None
+    source: str | PatternQuery,
+    schemas: Schema | None = None,
+    strategy: str | None = None,
+    *,
+    push_down: bool = True,
+    estimates: Mapping[str, float] | None = None,
+    order: str = "cost",
+    rates: Mapping[str, float] | None = None,
 ) -> CompiledQuery:
     """Compile LQL text (or an already parsed live query) for live matching.
 
@@ -98,6 +126,19 @@ def compile_query(
         Event type -> {attribute -> type}; when given, the query is type-checked against it.
     strategy : str, optional
         Overrides the query's STRATEGY (``lace match --strategy``).
+    push_down : bool
+        Evaluate each WHERE conjunct at the earliest NFA edge that binds its variables (004's
+        Strategy 2, the default); False evaluates every positive conjunct on the complete match
+        (only for skip_till_any_match, where it keeps the result; meant to measure push-down).
+    estimates : mapping, optional
+        Pass probability per conjunct, keyed by its normalized LQL text
+        (:func:`engine.lql.ast.expr_text`, e.g. ``"t.size >= 10000"``), e.g. from archive
+        statistics; orders each edge's conjuncts by ascending ``cost / (1 - p)``.
+    order : {"cost", "declared"}
+        ``declared`` keeps the WHERE order on every edge (for benchmarks).
+    rates : mapping, optional
+        Events per second per type and key, for the plan choice of ``PLAN auto`` / ``PLAN tree``
+        (without them ``PLAN auto`` keeps the NFA and ``PLAN tree`` assumes equal rates).
 
     Returns
     -------
@@ -108,7 +149,15 @@ def compile_query(
     QueryError
         With line and column, for a syntax error or a failed semantic check, or when
         ``source`` is a live-and-archived query (see ``engine.live_archived``).
+    ValueError
+        For an unknown ``order``, an estimate outside [0, 1], or ``push_down=False`` under
+        a strategy other than skip_till_any_match.
     """
+    if order not in ("cost", "declared"):
+        raise ValueError(f"order must be 'cost' or 'declared', not {order!r}")
+    for text, p in (estimates or {}).items():
+        if not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"estimate for {text!r} must be a probability in [0, 1], got {p!r}")
     if isinstance(source, str):
         from engine.lql.parser import parse
 
@@ -124,8 +173,10 @@ def compile_query(
         strategy = strategy.lower().replace("-", "_")
         if strategy not in STRATEGIES:
             raise QueryError(f"unknown strategy {strategy!r}; expected one of {', '.join(STRATEGIES)}")
-        ast = PatternQuery(
-            ast.pattern, ast.where, ast.partition_by, strategy, ast.within_us, ast.returns, ast.name, ast.pos  # type: ignore[arg-type]
+        ast = replace(ast, strategy=strategy)  # type: ignore[arg-type]
+    if not push_down and ast.strategy != "skip_till_any_match":
+        raise ValueError(
+            f"push_down=False keeps the result only under skip_till_any_match, not {ast.strategy}"
         )
     fold = ast.strategy in ("skip_till_any_match", "skip_till_next_match")
     equivalences: list[str] = []
@@ -136,26 +187,98 @@ def compile_query(
     folded = tuple(dict.fromkeys(equivalences)) if fold else ()
     partition_by = tuple(dict.fromkeys(ast.partition_by + folded))
     returns = [(item.alias, item.expr) for item in ast.returns]
-    plans = [
-        PlanCompiler(ast, plan, i, fold).build(ast.within_us, returns)
+    compilers = [
+        PlanCompiler(ast, plan, i, fold, push_down=push_down, estimates=estimates, order=order)
         for i, plan in enumerate(expand(ast.pattern))
     ]
+    plans = [c.build(ast.within_us, returns) for c in compilers]
     if not plans:
         raise QueryError.at(ast.pattern.pos, "the pattern has no positive component")
     comps = components(ast.pattern)
     variables = tuple(dict.fromkeys(c.var for c in comps if c.kind != "neg"))
     for plan in plans:
         plan.layout = (variables, tuple(s.var for s in plan.slots), tuple(s.kleene for s in plan.slots))
+    plan_kind, trees = choose_plan(ast, plans, compilers, push_down, rates)
     return CompiledQuery(
+        plan_kind=plan_kind,
+        trees=trees,
         name=ast.name,
         ast=ast,
         strategy=ast.strategy,
         window_us=ast.within_us,
         partition_by=partition_by,
         plans=plans,
-        types=frozenset(t for c in comps for t in c.types),
+        types=frozenset(t for c in comps for t in c.types)
+        | frozenset(t for use in operator_uses(ast.pattern) for t in use.input_types),
         variables=variables,
+        operators=tuple(operator_uses(ast.pattern)),
     )
+
+
+# ---- plans (issue 16): PLAN auto | nfa | tree
+
+
+TREE_GAIN = 0.5
+"""``PLAN auto`` takes a tree when the model puts its cost below this fraction of the linear NFA's."""
+
+
+def choose_plan(
+    ast: PatternQuery,
+    plans: list[NFAPlan],
+    compilers: list[PlanCompiler],
+    push_down: bool,
+    rates: Mapping[str, float] | None,
+) -> tuple[str, list[Any]]:
+    """``("nfa", [])`` or ``("tree", [(shape, conjuncts) per plan])`` for the query's PLAN clause.
+
+    Raises
+    ------
+    QueryError
+        ``PLAN tree`` under a strategy other than skip_till_any_match, or for a pattern a tree cannot
+        evaluate (Kleene closure, negation).
+    ValueError
+        ``PLAN tree`` with ``push_down=False`` (a tree always pushes conjuncts down).
+    """
+    wanted = ast.plan
+    if wanted == "nfa":
+        return "nfa", []
+    any_match = ast.strategy == "skip_till_any_match"
+    if wanted == "tree":
+        if not any_match:
+            raise QueryError.at(
+                ast.plan_pos,
+                f"PLAN tree keeps the matches only under skip_till_any_match, not {ast.strategy}; use PLAN nfa",
+            )
+        for p in plans:
+            reason = tree_supported(p)
+            if reason is not None:
+                raise QueryError.at(ast.plan_pos, f"PLAN tree cannot evaluate {reason}; use PLAN nfa")
+        if not push_down:
+            raise ValueError("PLAN tree always pushes conjuncts down; push_down=False needs PLAN nfa")
+    elif not any_match or not push_down or rates is None or any(tree_supported(p) for p in plans):
+        return "nfa", []
+    window_s = ast.within_us / 1e6 if ast.within_us is not None else 60.0
+    trees = []
+    gain = False
+    for p, c in zip(plans, compilers):
+        conj = c.tree_conjuncts()
+        local = [1.0] * len(p.slots)
+        for comps, _, meta in conj:
+            if len(comps) == 1:
+                local[next(iter(comps))] *= meta.estimate
+        weighted = [(comps, meta.estimate) for comps, _, meta in conj]
+        shape = choose_shape(p, weighted, rates or {}, window_s, local)
+        model = TreeCostModel(
+            [sum((rates or {}).get(t, 1.0) for t in s.types) * local[s.index] for s in p.slots],
+            [(cs, pr) for cs, pr in weighted if len(cs) > 1],
+            window_s,
+        )
+        if model.cost(shape) < TREE_GAIN * model.cost(left_deep(len(p.slots))):
+            gain = True
+        trees.append((shape, [(comps, conjunct) for comps, conjunct, _ in conj]))
+    if wanted == "auto" and not gain:
+        return "nfa", []
+    return "tree", trees
 
 
 compile = compile_query  # noqa: A001 - the name DESIGN.md section 5 uses

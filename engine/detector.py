@@ -16,19 +16,26 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.compiler import CompiledQuery, compile_query
 from engine.events import Event
+from engine.intervals.derive import IntervalStatement
 from engine.live_archived.base import ArchiveWork
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.runner import make_runner
 from engine.live_archived.source import ArchiveSource
-from engine.lql.ast import LiveArchivedQuery, PatternQuery, Schema
+from engine.lql.ast import AggregateQuery, FilterRule, IntervalRule, LiveArchivedQuery, Query, Schema
 from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.matcher import Matcher
 from engine.options import Algorithm, PmPolicy, Storage
 from engine.pm.store import PartialMatchStore
+from engine.rules.filters import CompiledFilter
+from engine.rules.statements import AggregateStatement
 
-Statement = CompiledQuery | LiveArchivedPlan
-"""A compiled statement: a live-only pattern query or a live-and-archived plan."""
+Statement = CompiledQuery | LiveArchivedPlan | IntervalStatement
+"""A compiled statement that `compile` returns: a live-only pattern query, a live-and-archived plan, or an
+INTERVAL statement (issue 15)."""
+
+RuleStatement = CompiledFilter | AggregateStatement
+"""A compiled statement of another kind (layered rules, 003): a filter rule, or a windowed continuous query."""
 
 DEFAULT_TOLERANCE_US = 60_000_000
 """SLLAA's tolerated delay ``T_L`` when none is given: 1 minute of event time."""
@@ -57,7 +64,7 @@ class Detector(Protocol):
 
 
 def compile(  # noqa: A001 - the engine's entry point, as DESIGN.md section 5 names it
-    source: str | PatternQuery | LiveArchivedQuery,
+    source: str | Query,
     schemas: Schema | None = None,
     *,
     strategy: str | None = None,
@@ -90,18 +97,47 @@ def compile(  # noqa: A001 - the engine's entry point, as DESIGN.md section 5 na
     >>> type(compile("LIVE PATTERN A a ARCHIVED PATTERN B b LOOKBACK 1 hour")).__name__
     'LiveArchivedPlan'
     """
-    ast: PatternQuery | LiveArchivedQuery
+    ast: Query
     if isinstance(source, str):
         from engine.lql.parser import parse
 
         ast = parse(source, schemas)
     else:
         ast = source
+    if isinstance(ast, IntervalRule):
+        return IntervalStatement(ast)
+    if isinstance(ast, (FilterRule, AggregateQuery)):
+        kind = "a FILTER rule" if isinstance(ast, FilterRule) else "an AGGREGATE statement"
+        raise QueryError.at(ast.pos, f"{kind} is not a pattern query: run it in a rule graph (compile_statement)")
     if isinstance(ast, LiveArchivedQuery):
         if strategy is not None:
             raise QueryError.at(ast.pos, "a strategy override applies to live-only queries; set STRATEGY per side")
         return LiveArchivedPlan(ast, schemas)
     return compile_query(ast, schemas, strategy=strategy)
+
+
+def compile_statement(
+    source: str | Query, schemas: Schema | None = None, *, strategy: str | None = None
+) -> Statement | RuleStatement:
+    """Compile a statement of any kind: :func:`compile`'s pattern statements, FILTER and AGGREGATE (003).
+
+    Raises
+    ------
+    QueryError
+        With line and column, for a syntax error or a failed semantic check.
+    """
+    ast: Query
+    if isinstance(source, str):
+        from engine.lql.parser import parse
+
+        ast = parse(source, schemas)
+    else:
+        ast = source
+    if isinstance(ast, FilterRule):
+        return CompiledFilter(ast)
+    if isinstance(ast, AggregateQuery):
+        return AggregateStatement(ast)
+    return compile(ast, schemas, strategy=strategy)
 
 
 def make_detector(
@@ -153,6 +189,8 @@ def make_detector(
         For an unknown algorithm, a negative tolerance, or a live-and-archived statement without
         ``source``.
     """
+    if isinstance(statement, IntervalStatement):  # INTERVAL (issue 15)
+        return statement.make_detector(allowed_lateness_us)
     if isinstance(statement, CompiledQuery):
         return Matcher(
             statement,
@@ -183,7 +221,7 @@ def make_detector(
     )
 
 
-def is_live_archived(statement: Statement) -> bool:
+def is_live_archived(statement: Statement | RuleStatement) -> bool:
     """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query)."""
     return isinstance(statement, LiveArchivedPlan)
 
@@ -192,7 +230,9 @@ __all__ = [
     "DEFAULT_TOLERANCE_US",
     "Detector",
     "Statement",
+    "RuleStatement",
     "compile",
+    "compile_statement",
     "is_live_archived",
     "make_detector",
 ]

@@ -40,8 +40,9 @@ from engine.events import Event
 
 ColumnType = Literal["string", "int", "float", "bool", "timestamp"]
 COLUMN_TYPES: tuple[str, ...] = ("string", "int", "float", "bool", "timestamp")
-HEADER_FIELDS = ("id", "type", "ts")
-HEADER_TYPES = {"id": "int", "type": "string", "ts": "timestamp"}
+HEADER_FIELDS = ("id", "type", "ts", "ts_end")
+HEADER_TYPES = {"id": "int", "type": "string", "ts": "timestamp", "ts_end": "timestamp"}
+"""``ts_end`` (optional, issue 15): the end of an interval event, ``> ts``; empty = a point event."""
 NULL_TEXT = ("", "null", "NULL", "NaN", "nan", "NAN")
 """CSV spellings of a missing value (after trimming)."""
 BATCH_ROWS = 65_536
@@ -328,6 +329,9 @@ class EventTable:
         Attribute -> typed values, null = missing.
     column_types : dict[str, str]
         Attribute -> one of ``COLUMN_TYPES``.
+    ts_end : pa.Array | None
+        int64 microseconds UTC, the end of each interval event (null: a point event), or None when
+        the file has no ``ts_end`` column; checked ``> ts`` by :func:`interval_ends`.
     """
 
     def __init__(
@@ -337,10 +341,12 @@ class EventTable:
         ts: pa.Array,
         attrs: dict[str, pa.Array],
         column_types: dict[str, str],
+        ts_end: pa.Array | None = None,
     ) -> None:
         self.ids = ids
         self.types = types
         self.ts = ts
+        self.ts_end = ts_end
         self.attrs = {n: a for n, a in attrs.items() if a.null_count < len(a)}  # all-missing: never set
         self.column_types = column_types
 
@@ -368,7 +374,12 @@ class EventTable:
                 if part.null_count:
                     for i in np.flatnonzero(part.is_null().to_numpy(zero_copy_only=False)).tolist():
                         del attrs[i][name]
-            yield list(map(Event, ids, types.values(lo, n), self.ts.slice(lo, n).to_pylist(), attrs))
+            ts = self.ts.slice(lo, n).to_pylist()
+            if self.ts_end is None:
+                yield list(map(Event, ids, types.values(lo, n), ts, attrs))
+            else:
+                ends = self.ts_end.slice(lo, n).to_pylist()
+                yield list(map(Event, ids, types.values(lo, n), ts, attrs, ends))
 
 
 def _rows1(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
@@ -476,7 +487,7 @@ def read_csv_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[str,
         kind = declared.get(n) or infer_text(values)
         attrs[n] = timestamp_column(values, ts_unit, n) if kind == "timestamp" else _cast_text(values, kind, n)
         kinds[n] = kind
-    return EventTable(ids, types, ts_values, attrs, kinds)
+    return EventTable(ids, types, ts_values, attrs, kinds, interval_ends(cols.get("ts_end"), ts_values, ts_unit))
 
 
 class HeaderError(ValueError):
@@ -510,6 +521,27 @@ def parse_header(header: list[str], schema: dict[str, str] | None) -> tuple[list
     if dupes:
         raise HeaderError(f"duplicate column {dupes[0]!r} in header")
     return names, declared
+
+
+def interval_ends(values: pa.Array | None, ts: pa.Array, ts_unit: str) -> pa.Array | None:
+    """The typed ``ts_end`` column of an event file (issue 15), or None when the file has none.
+
+    Empty cells are point events (``ts_end`` = ``ts``); a given ``ts_end`` must be after ``ts``.
+
+    Raises
+    ------
+    ColumnError
+        At the first row whose ``ts_end`` is not a timestamp or is at or before its ``ts``.
+    """
+    if values is None:
+        return None
+    ends = timestamp_column(values, ts_unit, "ts_end")
+    bad = pc.fill_null(pc.less_equal(ends, ts), False)
+    row = _first(bad)
+    if row >= 0:
+        end, start = ends[row].as_py(), ts[row].as_py()
+        raise ColumnError(row, "ts_end", f"ts_end {end} is not after ts {start}: an interval event needs ts_end > ts")
+    return pc.coalesce(ends, ts)
 
 
 def _no_nulls(values: pa.Array, column: str, reason: str) -> None:
@@ -603,7 +635,7 @@ def read_json_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[str
             continue
         attrs[name], kinds[name] = value_column(col, declared.get(name), name, ts_unit)
     assert all(len(a) == n_rows for a in attrs.values())
-    return EventTable(ids, types, ts_values, attrs, kinds)
+    return EventTable(ids, types, ts_values, attrs, kinds, interval_ends(columns.get("ts_end"), ts_values, ts_unit))
 
 
 def _read_json(pajson: Any, path: str | Path, fixed: dict[str, pa.DataType]) -> pa.Table:
@@ -653,4 +685,4 @@ def read_parquet_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[
     for name, col in cols.items():
         if name not in HEADER_FIELDS:
             attrs[name], kinds[name] = value_column(col, declared.get(name), name, ts_unit)
-    return EventTable(ids, types, ts_values, attrs, kinds)
+    return EventTable(ids, types, ts_values, attrs, kinds, interval_ends(cols.get("ts_end"), ts_values, ts_unit))

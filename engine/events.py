@@ -5,7 +5,7 @@ from typing import Any
 
 
 class Event:
-    """One event ``(id, type, ts, attrs)``.
+    """One event ``(id, type, ts, attrs, ts_end)``: a point event, or an interval event ``[ts, ts_end)``.
 
     Parameters
     ----------
@@ -18,18 +18,27 @@ class Event:
         Event time, int microseconds since the Unix epoch, UTC.
     attrs : dict
         Attribute name -> value (str, int, float, bool, or int microseconds for timestamps).
+    ts_end : int, optional
+        End of an interval event (exclusive), int microseconds UTC; ``ts_end > ts`` for an event of
+        an interval type (checked where events enter: files, REST). Default ``ts``: a point event is
+        the interval ``[ts, ts]`` (issue 15; Allen's relations, docs/semantics.md section 8).
 
     Events are treated as immutable by the engine: it never changes them.
-    ``get("ts")``, ``get("id")`` and ``get("type")`` read the header fields.
+    ``get("ts")``, ``get("id")``, ``get("type")``, ``get("ts_end")`` and ``get("duration")``
+    (``ts_end - ts``) read the header fields. The matcher orders events on ``(ts_end, id)``, which is
+    ``(ts, id)`` for point events: an interval event is complete at its end.
     """
 
-    __slots__ = ("id", "type", "ts", "attrs")
+    __slots__ = ("id", "type", "ts", "attrs", "ts_end")
 
-    def __init__(self, id: int, type: str, ts: int, attrs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, id: int, type: str, ts: int, attrs: dict[str, Any] | None = None, ts_end: int | None = None
+    ) -> None:
         self.id = id
         self.type = type
         self.ts = ts
         self.attrs = attrs if attrs is not None else {}
+        self.ts_end = ts if ts_end is None else ts_end
 
     def get(self, attr: str) -> Any:
         """Value of ``attr``; header fields ``ts``, ``id``, ``type`` first. Missing -> None."""
@@ -39,14 +48,24 @@ class Event:
             return self.id
         if attr == "type":
             return self.type
+        if attr == "ts_end":
+            return self.ts_end
+        if attr == "duration":
+            return self.ts_end - self.ts
         return self.attrs.get(attr)
 
+    @property
+    def is_interval(self) -> bool:
+        """True for an interval event (``ts_end > ts``)."""
+        return self.ts_end != self.ts
+
     def order_key(self) -> tuple[int, int]:
-        """The processing order: ``(ts, id)``."""
-        return (self.ts, self.id)
+        """The processing order: ``(ts_end, id)`` (``(ts, id)`` for a point event)."""
+        return (self.ts_end, self.id)
 
     def __repr__(self) -> str:
-        return f"Event(id={self.id}, type={self.type!r}, ts={self.ts}, attrs={self.attrs!r})"
+        end = "" if self.ts_end == self.ts else f", ts_end={self.ts_end}"
+        return f"Event(id={self.id}, type={self.type!r}, ts={self.ts}, attrs={self.attrs!r}{end})"
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -54,6 +73,7 @@ class Event:
             and self.id == other.id
             and self.type == other.type
             and self.ts == other.ts
+            and self.ts_end == other.ts_end
             and self.attrs == other.attrs
         )
 

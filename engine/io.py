@@ -206,18 +206,21 @@ class EventFile:
         return self.table.column_types
 
     def sort(self) -> None:
-        """Order the events by ``(ts, id)`` (a stable sort; ids default to row numbers)."""
+        """Order the events by ``(ts_end, id)``, the matcher's order (``(ts, id)`` for point events; a
+        stable sort; ids default to row numbers)."""
         import numpy as np
         import pyarrow as pa
 
         t = self.table
         ids = t.ids if t.ids is not None else pa.array(np.arange(1, len(t) + 1, dtype=np.int64))
-        order = np.lexsort((ids.to_numpy(), t.ts.to_numpy()))
+        ends = t.ts if t.ts_end is None else t.ts_end
+        order = np.lexsort((ids.to_numpy(), ends.to_numpy()))
         take = pa.array(order)
         self.rows = order
         self.table = EventTable(
             ids.take(take), t.types.take(take), t.ts.take(take),
             {n: a.take(take) for n, a in t.attrs.items()}, t.column_types,
+            None if t.ts_end is None else t.ts_end.take(take),
         )
 
     def batches(self, rows: int = BATCH_ROWS) -> Iterator[list[Event]]:
@@ -495,7 +498,10 @@ def match_wire(match: Match) -> str:
         "s": match.start,
         "e": match.end,
         "f": match.fields,
-        "v": {var: [[e.id, e.type, e.ts, e.attrs] for e in evs] for var, evs in match.events.items()},
+        "v": {
+            var: [[e.id, e.type, e.ts, e.attrs] + ([e.ts_end] if e.ts_end != e.ts else []) for e in evs]
+            for var, evs in match.events.items()
+        },
     }
     return orjson.dumps(doc, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
@@ -510,7 +516,7 @@ def match_from_wire(text: str | bytes) -> Match:
     """
     try:
         doc = orjson.loads(text)
-        events = {var: tuple(Event(i, t, ts, attrs) for i, t, ts, attrs in evs) for var, evs in doc["v"].items()}
+        events = {var: tuple(Event(*row) for row in evs) for var, evs in doc["v"].items()}
         return Match(doc["q"], events, doc["s"], doc["e"], doc["f"])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise ValueError(f"not a match document: {e}") from None

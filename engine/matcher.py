@@ -4,8 +4,9 @@
 like Flink CEP's ``process`` / ``advance_time``: the compiled query is stateless,
 the matcher owns one state per (partition key, plan).
 
-Event time (DESIGN.md section 3): events are released to the NFA in (ts, id)
-order. An event of type T is **late**, and rejected with :class:`LateEventError`,
+Event time (DESIGN.md section 3): events are released to the NFA in (ts_end, id) order ((ts, id)
+for point events, whose ts_end is ts; an interval event is complete at its end, issue 15).
+Below, "ts" is the event's ts_end. An event of type T is **late**, and rejected with :class:`LateEventError`,
 when ``ts < max seen ts - allowed_lateness[T]``, when ``ts`` is at or before a
 watermark given to :meth:`Matcher.advance`, or when an event after it in (ts, id)
 order was already released. Buffered events are released once
@@ -14,16 +15,21 @@ order was already released. Buffered events are released once
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any, Literal
 
 from engine.buffer.chain import ChainStorage
 from engine.compiler import CompiledQuery
 from engine.events import Event
+from engine.lql.ast import components
 from engine.match import Match
+from engine.nfa.conjunct_order import ConjunctPlanner, clone_plan
 from engine.nfa.counters import Counters
 from engine.nfa.runs import RunStorage
+from engine.nfa.shared_runs import SharedRunStorage
 from engine.nfa.state import Pending, PlanState
+from engine.nfa.tree import TreeStorage
+from engine.plugins.stage import OperatorStage
 from engine.pm.buffer import PartialMatchBuffer
 from engine.pm.store import PartialMatchStore
 
@@ -50,6 +56,15 @@ class LateEventError(ValueError):
         super().__init__(reason)
 
 
+def _shares_kleene_work(plan: Any, always: bool) -> bool:
+    """Whether merging runs can save work in ``plan``: some Kleene slot is shareable (and, unless
+    ``always``, its types can bind an earlier component too, so that runs pile up in it)."""
+    for j, (ok, slot) in enumerate(zip(plan.shareable, plan.slots)):
+        if ok and slot.kleene and (always or any(slot.types & s.types for s in plan.slots[:j])):
+            return True
+    return False
+
+
 class Matcher:
     """Runs one compiled query over a stream.
 
@@ -60,7 +75,9 @@ class Matcher:
     storage : {"chain", "runs"}
         Partial-match storage for skip_till_any_match: chain-partitioned storage
         (default) or one run per partial match (the baseline). Other strategies
-        always use runs.
+        always use runs. A query compiled to a tree plan (``PLAN tree`` / ``auto``,
+        :mod:`engine.nfa.tree`) uses ``storage == "tree"`` instead, unless ``pm_capacity`` is set
+        (spilling works on NFA state: the NFA runs then, with the same matches).
     allowed_lateness_us : int or dict[str, int]
         How far behind the newest event an event may arrive, in microseconds, for every
         type or per event type (missing types: 0).
@@ -75,6 +92,25 @@ class Matcher:
         ``ΔR``, partial matches spilled at once (default 10% of ``pm_capacity``).
     pm_query_id : str, optional
         Names this matcher's rows in ``pm_store`` (default the query's NAME); unique per store.
+    share_runs : bool or None
+        Under skip_till_next_match and the contiguity strategies, advance runs whose futures are
+        identical once, as a group (:mod:`engine.nfa.shared_runs`; docs/semantics.md section 4).
+        True: for every plan with a shareable Kleene slot; False: never (one run per partial match;
+        the same matches); None (default): for the plans where runs pile up in a shareable Kleene
+        slot, i.e. its event types can also bind an earlier component, so that the events that
+        extend runs also start new ones (the issue 17 "climb"; with disjoint types, as in P2, groups
+        hold one or two runs and cost more than they save). Not combined with ``pm_capacity``
+        (spilling stores single runs).
+    adaptive : bool
+        Re-order each edge's WHERE conjuncts from pass probabilities measured on the stream
+        (:mod:`engine.nfa.conjunct_order`, 004 Strategy 1); False keeps the compile-time order.
+        Never changes the result.
+    measure : bool
+        Count every conjunct evaluation of every NFA edge (``lace explain --events``); slower.
+        The counts are in :attr:`planner` (``planner.report()``).
+    planner_options : mapping, optional
+        Keyword arguments of :class:`engine.nfa.conjunct_order.ConjunctPlanner` (``first``, ``burst``,
+        ``period``, ``hysteresis``, ``decay``).
 
     Raises
     ------
@@ -92,19 +128,38 @@ class Matcher:
         pm_store: PartialMatchStore | None = None,
         pm_batch: int | None = None,
         pm_query_id: str | None = None,
+        share_runs: bool | None = None,
+        adaptive: bool = True,
+        measure: bool = False,
+        planner_options: Mapping[str, Any] | None = None,
     ) -> None:
         if storage not in ("chain", "runs"):
             raise ValueError(f"storage must be 'chain' or 'runs', not {storage!r}")
         self.query = query
         self.counters = Counters()
         w = query.window_us
-        self.storage = storage if query.strategy == "skip_till_any_match" else "runs"
+        self.storage: str = storage if query.strategy == "skip_till_any_match" else "runs"
+        # a tree plan (PLAN tree / auto, engine.nfa.tree) unless partial matches may spill: spilling reads NFA state
+        if query.plan_kind == "tree" and pm_capacity is None:
+            self.storage = "tree"
+        # per-matcher copies of the plans: the planner re-orders their conjunct lists in place
+        self.plans = [clone_plan(p) for p in query.plans]
+        share = share_runs is not False and query.strategy != "skip_till_any_match" and pm_capacity is None
         self.engines: list[Any] = [
-            ChainStorage(p, w, self.counters, query.name, self._sink)
+            TreeStorage(p, query.trees[i][0], query.trees[i][1], w, self.counters, query.name, self._sink)
+            if self.storage == "tree"
+            else ChainStorage(p, w, self.counters, query.name, self._sink)
             if self.storage == "chain"
+            else SharedRunStorage(p, w, query.strategy, self.counters, query.name, self._sink)
+            if share and _shares_kleene_work(p, always=share_runs is True)
             else RunStorage(p, w, query.strategy, self.counters, query.name, self._sink)
-            for p in query.plans
+            for i, p in enumerate(self.plans)
         ]
+        # after the engines: chain storage copies its general conjuncts at start and must not copy a probe
+        self.planner = ConjunctPlanner(
+            self.plans, adaptive=adaptive, measure_all=measure, **(planner_options or {})
+        )
+        self._next_tick = self.planner.next_tick
         if isinstance(allowed_lateness_us, dict):
             self.lateness = dict(allowed_lateness_us)
             self.default_lateness = 0
@@ -127,10 +182,11 @@ class Matcher:
         self._next_sweep = -(1 << 63)
         self._trailing_types = frozenset(t for p in query.plans for n in p.trailing for t in n.types)
         self._types = query.types
+        self._intervals = False  # set by the first interval event (ts_end > ts): matches then get hulls
         self._in_order = self.max_lateness == 0
         self._multi = len(self.engines) > 1
         pb = query.partition_by
-        self._key_attr = pb[0] if len(pb) == 1 and pb[0] not in ("ts", "id", "type") else None
+        self._key_attr = pb[0] if len(pb) == 1 and pb[0] not in ("ts", "id", "type", "ts_end", "duration") else None
         self.pmb = (
             PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch, query_id=pm_query_id)
             if pm_capacity is not None else None
@@ -146,6 +202,12 @@ class Matcher:
             and (self._key_attr is not None or not pb)
         )
         self._window_us = w
+        # operator components (issue 16): their operators run before the NFA, on released events
+        self.stage: OperatorStage | None = None
+        if query.operators:
+            self.stage = OperatorStage(query.operators, query.partition_by)
+            self._nfa_types = frozenset(t for c in components(query.ast.pattern) for t in c.types)
+            self._simple = False
 
     # ------------------------------------------------------------------ public API
 
@@ -161,15 +223,19 @@ class Matcher:
         if event.type not in self._types:
             self.counters.ignored += 1
             return []
+        if event.ts_end != event.ts:
+            self._intervals = True
         if self._simple:
             # _release() inlined for the common case (see __init__); same effects, same order
-            ts = event.ts
+            ts = event.ts_end
             last_ts, last_id = self.last_released
             if (ts > last_ts or (ts == last_ts and event.id > last_id)) and ts > self.watermark:
                 self.max_seen = ts
                 self.last_released = (ts, event.id)
                 counters = self.counters
                 counters.events += 1
+                if counters.events >= self._next_tick:
+                    self._next_tick = self.planner.tick(counters.events)
                 key = event.attrs.get(self._key_attr) if self._key_attr is not None else None
                 states = self.states.get(key)
                 if states is None:
@@ -180,12 +246,14 @@ class Matcher:
                     self._sweep(ts)
                     self._next_sweep = ts + max(self._window_us, SWEEP_EVERY_US)
                 if out:
+                    if self._intervals:
+                        out = self._hull(out)
                     counters.emitted += len(out)
                 return out
         out = self._out = []
         if self._in_order:
             # no lateness allowed and nothing buffered: release at once when in (ts, id) order
-            ts = event.ts
+            ts = event.ts_end
             last_ts, last_id = self.last_released
             if (ts > last_ts or (ts == last_ts and event.id > last_id)) and ts > self.watermark:
                 self.max_seen = ts
@@ -194,18 +262,20 @@ class Matcher:
                     return out
                 return self._finish(out) if self._multi else self._count(out)
         self._check_late(event)
-        if self.max_seen is None or event.ts > self.max_seen:
-            self.max_seen = event.ts
+        if self.max_seen is None or event.ts_end > self.max_seen:
+            self.max_seen = event.ts_end
         if self.max_lateness == 0 and not self.buffer:
             self._release(event)
         else:
-            heapq.heappush(self.buffer, (event.ts, event.id, event))
+            heapq.heappush(self.buffer, (event.ts_end, event.id, event))
             limit = self.max_seen - self.max_lateness
             while self.buffer and self.buffer[0][0] <= limit:
                 self._release(heapq.heappop(self.buffer)[2])
         return self._finish(out)
 
     def _count(self, out: list[Match]) -> list[Match]:
+        if self._intervals:
+            out = self._hull(out)
         self.counters.emitted += len(out)
         return out
 
@@ -233,6 +303,8 @@ class Matcher:
         self.states.clear()
         if self.pmb is not None:
             self.pmb.clear()
+        if self.stage is not None:
+            self.stage.clear()
         return out
 
     def next_deadline(self) -> int | None:
@@ -247,6 +319,7 @@ class Matcher:
         d["keys"] = len(self.states)
         d["live_partial_matches"] = self.counters.live
         d["buffered"] = len(self.buffer)
+        d["conjunct_reorders"] = self.planner.reorders()
         if self.pmb is not None:
             d.update(self.pmb.counters())
             d["pm_capacity"] = self.pmb.capacity
@@ -259,18 +332,18 @@ class Matcher:
     def check_late(self, event: Event) -> str | None:
         """Why ``event`` would be rejected as late right now, or None; changes nothing, counts nothing."""
         e = event
-        if e.ts <= self.watermark:
-            return f"late event {e.id} (type {e.type}): ts {e.ts} is at or before the watermark {self.watermark}"
+        if e.ts_end <= self.watermark:
+            return f"late event {e.id} (type {e.type}): ts {e.ts_end} is at or before the watermark {self.watermark}"
         if self.max_seen is not None:
             lateness = self.lateness.get(e.type, self.default_lateness)
-            if e.ts < self.max_seen - lateness:
+            if e.ts_end < self.max_seen - lateness:
                 return (
-                    f"late event {e.id} (type {e.type}): ts {e.ts} is more than the allowed lateness "
+                    f"late event {e.id} (type {e.type}): ts {e.ts_end} is more than the allowed lateness "
                     f"({lateness} us) behind the newest event ts {self.max_seen}"
                 )
-            if (e.ts, e.id) <= self.last_released:
+            if (e.ts_end, e.id) <= self.last_released:
                 return (
-                    f"late event {e.id} (type {e.type}): (ts, id) = ({e.ts}, {e.id}) is not after the last "
+                    f"late event {e.id} (type {e.type}): (ts, id) = ({e.ts_end}, {e.id}) is not after the last "
                     f"processed event {self.last_released}; equal timestamps must arrive in id order"
                 )
         return None
@@ -281,7 +354,25 @@ class Matcher:
             self.counters.late += 1
             raise LateEventError(e, reason)
 
+    def _hull(self, out: list[Match]) -> list[Match]:
+        """Interval events seen: set each match's interval to the hull ``[min ts, max ts_end)`` of its
+        events and drop those whose hull is longer than WITHIN (issue 15: WITHIN bounds
+        ``max ts_end - min ts``; the runs only know their first event's start)."""
+        window = self.query.window_us
+        kept = []
+        for m in out:
+            evs = [e for bound in m.events.values() for e in bound]
+            start = min(e.ts for e in evs)
+            end = max(e.ts_end for e in evs)
+            if window is not None and end - start > window:
+                continue
+            m.start, m.end = start, end
+            kept.append(m)
+        return kept
+
     def _finish(self, out: list[Match]) -> list[Match]:
+        if self._intervals and out:
+            out = self._hull(out)
         if len(self.engines) > 1 and len(out) > 1:
             seen: set[Any] = set()
             unique = []
@@ -295,10 +386,23 @@ class Matcher:
         return out
 
     def _release(self, e: Event) -> None:
-        self.last_released = (e.ts, e.id)
-        if self.pending and self.pending[0][0] < e.ts:
-            self._emit_pending(e.ts - 1)
+        stage = self.stage
+        if stage is None:
+            self._release_one(e)
+            return
+        derived = stage.push(e) if e.type in stage.input_types else ()
+        if e.type in self._nfa_types:
+            self._release_one(e)
+        for d in derived:
+            self._release_one(d)
+
+    def _release_one(self, e: Event) -> None:
+        self.last_released = (e.ts_end, e.id)
+        if self.pending and self.pending[0][0] < e.ts_end:
+            self._emit_pending(e.ts_end - 1)
         self.counters.events += 1
+        if self.counters.events >= self._next_tick:
+            self._next_tick = self.planner.tick(self.counters.events)
         key = e.attrs.get(self._key_attr) if self._key_attr is not None else self.query.key_of(e)
         if self._strict and self._last_key is not _NO_KEY and self._last_key != key:
             old = self.states.get(self._last_key)
@@ -329,10 +433,10 @@ class Matcher:
             self.engines[0].process(states[0], e, out)
         if pmb is not None and (pmb.watching or self.counters.live > pmb.watch_from):
             pmb.after(key, states, e, len(out) > n_out)
-        if e.ts >= self._next_sweep and self.query.window_us is not None:
-            self._sweep(e.ts)
+        if e.ts_end >= self._next_sweep and self.query.window_us is not None:
+            self._sweep(e.ts_end)
             # idle keys are swept every window, but at most every SWEEP_EVERY_US of event time
-            self._next_sweep = e.ts + max(self.query.window_us, SWEEP_EVERY_US)
+            self._next_sweep = e.ts_end + max(self.query.window_us, SWEEP_EVERY_US)
 
     def _sink(self, state: PlanState, env: tuple[Any, ...]) -> None:
         plan = state.plan

@@ -25,7 +25,18 @@ from engine.limits import QueryLimits
 from service.api.content_type import ContentTypeMiddleware
 from service.api.docs_ui import install_docs
 from service.api.limits import BodyLimitMiddleware
-from service.api.routes import alerts, backfills, deliveries, event_types, events, health, keys, queries, webhooks
+from service.api.routes import (
+    alerts,
+    backfills,
+    deliveries,
+    event_types,
+    events,
+    health,
+    keys,
+    operators,
+    queries,
+    webhooks,
+)
 from service.core.config import Settings, get_settings
 from service.core.errors import install_handlers
 from service.core.metrics import Metrics
@@ -38,7 +49,8 @@ from service.webhooks.dispatcher import Dispatcher
 
 log = logging.getLogger("lace.service")
 ROUTERS = tuple(
-    m.router for m in (health, event_types, queries, events, alerts, webhooks, deliveries, backfills, keys)
+    m.router
+    for m in (health, event_types, queries, events, alerts, webhooks, deliveries, backfills, keys, operators)
 )
 
 
@@ -83,7 +95,7 @@ def _open_pm_store(settings: Settings) -> Any:
 
 def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessionmaker[Session], LiveRuntime]:
     """Open the stores and rebuild the live runtime (blocking; run in a thread)."""
-    from engine.detector import compile as compile_statement
+    from engine.detector import compile_statement
     from engine.lql.errors import QueryError
 
     engine = make_engine(settings.sqlalchemy_url)
@@ -112,9 +124,11 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
             pm_policy=settings.pm_policy,
         ),
         lookup_workers=settings.la_lookup_workers,
+        la_process=settings.la_process,
         max_future_skew_us=round(settings.max_future_skew_s * 1e6),
         idle_timeout_s=settings.idle_timeout_s,
         dedup_window=settings.dedup_window,
+        replay_max_us=int(settings.replay_max_s * 1e6),
         limits=QueryLimits(
             max_components=settings.max_query_components,
             max_window_us=round(settings.max_window_s * 1e6),
@@ -134,6 +148,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
                 active_since_us=q.active_since_us,
                 options=RunOptions.from_row(q),
                 totals=q.counters,
+                version=q.version,
             )
         except (QueryError, ValueError) as e:
             log.error("query %s (%d) cannot start, left stopped: %s", q.name, q.id, e)

@@ -243,3 +243,37 @@ def test_match_late_events_with_the_real_engine(real_engine, write_file):
     lenient = invoke("match", "-q", str(query), "-e", str(events), "--lateness", "5 s")
     assert lenient.stderr == ""
     assert len(lenient.stdout.splitlines()) == 2
+
+
+# ------------------------------------------------------------ lace explain (issue 16)
+
+
+def test_explain_prints_nodes_conjuncts_and_measured_counts(write_file):
+    q = write_file("q.lql", "PATTERN SEQ(A a, B b) WHERE b.sym = a.sym AND a.sym != 'z' WITHIN 10 s\n")
+    e = write_file("e.csv", EVENTS_CSV)
+    result = invoke("explain", str(q), "--events", str(e))
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "plan 0: a -> b" in out
+    assert "node 1 b (B)" in out and "entry_edge    b.sym = a.sym" in out
+    assert "measured: in 3, out 2" in out  # (a1, b1), (a1, b2), (a2, b2): two with equal sym
+    assert "measured matches: 2" in out
+    doc = json.loads(invoke("explain", str(q), "--events", str(e), "--json").output)
+    assert doc["plans"][0]["nodes"][1]["measured"] == {"input": 3, "output": 2, "pass_probability": 2 / 3}
+
+
+def test_explain_bad_input_is_one_line(write_file):
+    q = write_file("q.lql", "PATTERN SEQ(A a, B b) WHERE b.x = a.x WITHIN 10 s\n")
+    bad = write_file("est.json", '{"b.x = a.x": "often"}')
+    assert_user_error(
+        invoke("explain", str(q), "--estimates", str(bad)),
+        f'error: {bad}: --estimates must be a JSON object of numbers, e.g. {{"t.size >= 10000": 0.01}}',
+    )
+    oob = write_file("est2.json", '{"b.x = a.x": 2}')
+    assert_user_error(
+        invoke("explain", str(q), "--estimates", str(oob)),
+        "error: estimate for 'b.x = a.x' must be a probability in [0, 1], got 2.0",
+    )
+    wrong = write_file("w.lql", "PATTERN SEQ(A a, B b) WHERE\n")
+    result = invoke("explain", str(wrong))
+    assert_user_error(result, f"error: {wrong}:1:28: unexpected end of query, expected an expression")

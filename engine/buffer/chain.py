@@ -101,6 +101,8 @@ class ChainStorage:
         self.direct = not general and not self.general_negs and not plan.trailing and not plan.returns
         self.fast = self.direct and self.all_single
         self.steps = self._type_steps()
+        self.intervals = False
+        """Set once an interval event was processed: deques are then in ts_end order, not start order."""
 
     def new_state(self) -> ChainState:
         return ChainState(self.plan)
@@ -109,7 +111,7 @@ class ChainStorage:
         """Drop nodes whose event is older than ``lower_ts`` (outside every future window)."""
         removed = 0
         for d in state.nodes:
-            while d and d[0][EVENT].ts < lower_ts:
+            while d and d[0][EVENT].ts_end < lower_ts:
                 d.popleft()
                 removed += 1
         if removed:
@@ -144,7 +146,9 @@ class ChainStorage:
 
     def process(self, state: ChainState, e: Event, out: list[Match]) -> None:
         """CoverMatch for one event of this state's key (events arrive in (ts, id) order)."""
-        t = e.ts
+        t = e.ts_end  # processing time (= ts for a point event); windows bound the hull [min ts, max ts_end]
+        if t != e.ts:
+            self.intervals = True
         lb = t - self.window_us if self.window_us is not None else _FAR_PAST
         nodes = state.nodes
         counters = self.counters
@@ -159,7 +163,7 @@ class ChainStorage:
                     start = True
                 else:
                     d = nodes[j - 1]
-                    while d and d[0][0].ts < lb:
+                    while d and d[0][0].ts_end < lb:
                         d.popleft()
                         counters.live -= 1
                     if edge or negs:
@@ -172,13 +176,13 @@ class ChainStorage:
                             if negs and not state.edge_negations_ok(negs, pe, e):
                                 continue
                             preds.append(p)
-                    elif prev_is_start:
+                    elif prev_is_start and not self.intervals:
                         preds = list(d)
                     else:
                         preds = [p for p in d if p[3] >= lb]
             if kleene and (not take_local or all(fn(None, e, None) for fn in take_local)):
                 d = nodes[j]
-                while d and d[0][0].ts < lb:
+                while d and d[0][0].ts_end < lb:
                     d.popleft()
                     counters.live -= 1
                 for q in d:
@@ -198,7 +202,7 @@ class ChainStorage:
                 else:
                     self.combine(state, preds, (e,) if self.all_single else None, e, lb, out)
                 continue
-            node = (e, j, preds, t if start else max([p[3] for p in preds]), start)
+            node = (e, j, preds, e.ts if start else max([p[3] for p in preds]), start)
             nodes[j].append(node)
             counters.created += 1
             counters.live += 1
@@ -298,4 +302,4 @@ class ChainStorage:
                 return
         first = env[0][0] if self.kleene[0] else env[0]
         last = env[-1][-1] if self.kleene[-1] else env[-1]
-        out.append(Match(self.query_name, None, first.ts, last.ts, None, plan.layout, env))
+        out.append(Match(self.query_name, None, first.ts, last.ts_end, None, plan.layout, env))

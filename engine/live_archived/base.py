@@ -160,8 +160,8 @@ class Runner:
         """
         now = self._now()
         self.counters.live_events += 1
-        if event.ts - self.lateness_us > self.watermark:
-            self.watermark = event.ts - self.lateness_us
+        if event.ts_end - self.lateness_us > self.watermark:  # ts_end: the matcher's time (issue 15)
+            self.watermark = event.ts_end - self.lateness_us
         out = self.on_time()
         out += self.on_event(event, now)
         return out
@@ -240,8 +240,8 @@ class Runner:
     def push_live(self, event: Event) -> list[Match]:
         """``live.push(event)``, keeping :attr:`live_clock` (the matcher ignores other types' events)."""
         found = self.live.push(event)
-        if event.type in self.plan.live_types and event.ts - self.lateness_us > self.live_clock:
-            self.live_clock = event.ts - self.lateness_us  # a buffered (late) event may still start one
+        if event.type in self.plan.live_types and event.ts_end - self.lateness_us > self.live_clock:
+            self.live_clock = event.ts_end - self.lateness_us  # a buffered (late) event may still start one
         return found
 
     def advance_live(self, watermark_us: int) -> list[Match]:

@@ -49,6 +49,7 @@ from engine.lql.ast import (
     AttrRef,
     BinOp,
     BoolOp,
+    Call,
     Compare,
     Expr,
     LiveArchivedQuery,
@@ -79,6 +80,8 @@ def _refs(expr: Expr) -> list[AttrRef | Aggregate]:
         return [r for e in expr.operands for r in _refs(e)]
     if isinstance(expr, (Not, Neg)):
         return _refs(expr.operand)
+    if isinstance(expr, Call):
+        return [r for a in expr.args for r in _refs(a)]
     return []
 
 
@@ -91,8 +94,10 @@ def _conjuncts(expr: Expr | None) -> list[Expr]:
 
 
 def _getter(attr: str) -> Callable[[Event], Any]:
-    if attr in ("ts", "id", "type"):
+    if attr in ("ts", "id", "type", "ts_end"):
         return operator.attrgetter(attr)
+    if attr == "duration":
+        return lambda e: e.ts_end - e.ts
     return lambda e: e.attrs.get(attr)
 
 
@@ -134,6 +139,12 @@ def _aggregate(agg: Aggregate, live: bool) -> Fn:
     """RETURN aggregate over a variable's events (a single variable counts as one element)."""
     get = _getter(agg.attr) if agg.attr else None
     func, var = agg.func, agg.var
+
+    if agg.plugin:  # an aggregate plug-in (issue 16)
+        from engine.plugins.evaluate import group_aggregate
+
+        fold, getp = group_aggregate(func), _getter(agg.attr or "")
+        return lambda a, b, c: fold(map(getp, (a if live else b).get(var, ())))
 
     def aggregate(a: Events, b: Events, c: Any) -> Any:
         seq = (a if live else b).get(var, ())
@@ -234,6 +245,7 @@ class LiveArchivedPlan:
     def __init__(self, query: LiveArchivedQuery, schemas: Schema | None = None, *, key_hint: str | None = None) -> None:
         self.ast = query
         self.name = query.name
+        self.emit_into = query.emit_into
         self.live = compile_query(_named(query.live, query.name), schemas)
         self.archived = compile_query(_named(query.archived, query.name), schemas)
         self.lookback_us = query.lookback_us

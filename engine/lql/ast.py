@@ -24,6 +24,10 @@ Strategy = TLiteral[
 ]
 STRATEGIES: tuple[str, ...] = tuple(s.value for s in StrategyName)
 DEFAULT_STRATEGY: Strategy = "skip_till_any_match"
+# plans (issue 16): the PLAN clause
+PLANS: tuple[str, ...] = ("auto", "nfa", "tree")
+"""``PLAN auto`` (default: the cost model picks), ``nfa`` (the linear NFA), ``tree`` (a tree plan,
+skip_till_any_match only; :mod:`engine.nfa.tree`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,9 @@ class Aggregate:
     var: str
     attr: str | None = None
     pos: Pos = NOPOS
+    plugin: bool = False
+    """True for an aggregate from the ``lace.aggregates`` entry points (``func`` is then its name,
+    evaluated with :mod:`engine.plugins`'s init/add/value protocol); the seven above are built in."""
 
 
 ArithOp = TLiteral["+", "-", "*", "/"]
@@ -160,7 +167,39 @@ class Equivalence:
     pos: Pos = NOPOS
 
 
-Expr = Union[Literal, AttrRef, Aggregate, BinOp, Neg, Compare, BoolOp, Not, Equivalence]  # noqa: UP007
+# ---- plug-ins (issue 16) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A scalar function call ``name(arg, ...)``: a function from the ``lace.functions`` entry points
+    (:mod:`engine.plugins`), e.g. ``hour_of_day(a.ts)``, ``round(b[i].price, 2)``. ``name`` is lower case."""
+
+    name: str
+    args: tuple[Expr, ...]
+    pos: Pos = NOPOS
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorUse:
+    """An operator component's operator: ``name(Type, param, ...)`` (entry point group ``lace.operators``).
+
+    ``input_types`` are the event types the operator consumes; ``params`` its literal parameters
+    (numbers, strings, durations in int microseconds). The component binds the operator's composite
+    events, whose event type is :attr:`derived_type`.
+    """
+
+    name: str
+    input_types: tuple[str, ...]
+    params: tuple[int | float | str, ...] = ()
+
+    @property
+    def derived_type(self) -> str:
+        """The event type of the composite events: ``name(T1,T2,p1,...)`` (one per distinct use)."""
+        return f"{self.name}({','.join([*self.input_types, *map(repr, self.params)])})"
+
+
+Expr = Union[Literal, AttrRef, Aggregate, BinOp, Neg, Compare, BoolOp, Not, Equivalence, Call]  # noqa: UP007
 
 # --------------------------------------------------------------------------- patterns
 
@@ -183,6 +222,9 @@ class Component:
     types: tuple[str, ...]
     var: str
     pos: Pos = NOPOS
+    operator: OperatorUse | None = None
+    """Set for an operator component ``name(Type, ...) v`` (kind ``single``); ``types`` is then
+    ``(operator.derived_type,)``."""
 
     @property
     def is_kleene(self) -> bool:
@@ -191,10 +233,16 @@ class Component:
 
 @dataclass(frozen=True, slots=True)
 class Seq:
-    """``SEQ(p1, p2, ...)``: the parts in this order (strictly increasing (ts, id))."""
+    """``SEQ(p1, p2, ...)``: the parts in this order (strictly increasing (ts_end, id), the matcher's
+    order; (ts, id) for point events).
+
+    ``by`` (issue 15, 002's ``by <relation>``): every two consecutive bound events of the SEQ, inside a
+    Kleene run too, satisfy this relation (:func:`engine.lql.relations.by_conjuncts`).
+    """
 
     items: tuple[PatternNode, ...]
     pos: Pos = NOPOS
+    by: Relation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +262,29 @@ class Or:
 
 
 PatternNode = Union[Component, Seq, And, Or]  # noqa: UP007
+
+
+# ----------------------------------------------------------------- Allen's relations (issue 15)
+
+
+@dataclass(frozen=True, slots=True)
+class Relation:
+    """An interval relation as written: ``BEFORE``, ``OVERLAPS(0 s, 30 min)``... (issue 15).
+
+    ``name`` is canonical and lower case (``includes`` -> ``contains``, ``coincides`` -> ``equals``);
+    ``args`` are the tolerances in int microseconds (>= 0). The formulas are in
+    :mod:`engine.lql.relations`; in WHERE/JOIN a relation is rewritten into comparisons of ``ts`` and
+    ``ts_end`` by the parser, so only ``Seq.by`` keeps a Relation in the syntax tree.
+    """
+
+    name: str
+    args: tuple[int, ...] = ()
+    pos: Pos = NOPOS
+
+    def text(self) -> str:
+        """LQL text, e.g. ``OVERLAPS(0 s, 30 min)``."""
+        args = ", ".join(duration_text(a) if a else "0 s" for a in self.args)
+        return self.name.upper() + (f"({args})" if self.args else "")
 
 # --------------------------------------------------------------------------- queries
 
@@ -243,6 +314,12 @@ class PatternQuery:
     returns: tuple[ReturnItem, ...] = ()
     name: str | None = None
     pos: Pos = NOPOS
+    emit_into: str | None = None
+    """``EMIT INTO T``: each match becomes an event of the derived type ``T`` (ts = the match's end,
+    attributes = the RETURN fields) instead of an alert (layered rules, 003; DESIGN.md section 9)."""
+    # plans (issue 16): PLAN clause and where it is (for errors)
+    plan: str = "auto"
+    plan_pos: Pos = NOPOS
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +337,114 @@ class LiveArchivedQuery:
     returns: tuple[ReturnItem, ...] = ()
     name: str | None = None
     pos: Pos = NOPOS
+    emit_into: str | None = None
+    """``EMIT INTO T``: each result becomes an event of the derived type ``T`` (ts = the live match's end)."""
 
 
-Query = Union[PatternQuery, LiveArchivedQuery]  # noqa: UP007
+# --------------------------------------------------------------------------- layered rules (003)
+
+
+@dataclass(frozen=True, slots=True)
+class DropDuplicate:
+    """``DROP DUPLICATE a1, a2 WITHIN d``: drop an event when an earlier kept event of the same type has
+    equal values of every attribute ``attrs`` (``ts`` included when named) and lies within ``within_us``
+    microseconds of it in event time."""
+
+    attrs: tuple[str, ...]
+    within_us: int
+    pos: Pos = NOPOS
+
+
+@dataclass(frozen=True, slots=True)
+class FilterRule:
+    """``FILTER Type v DROP DUPLICATE ... DROP WHEN cond``: the first layer of 003 (section 3.1).
+
+    It runs on validated events of ``type`` before any other statement and before the archive: a
+    dropped event is counted per rule, reported with the rule's name, and never archived. ``drop_when``
+    is a condition over ``var`` (a missing value makes a comparison false, so the event is kept).
+    """
+
+    type: str
+    var: str
+    duplicate: DropDuplicate | None = None
+    drop_when: Expr | None = None
+    name: str | None = None
+    pos: Pos = NOPOS
+    emit_into: str | None = None  # always None: a filter never emits (kept so every statement has it)
+
+
+WindowKind = TLiteral["tumbling", "sliding", "count"]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSpec:
+    """``WINDOW TUMBLING d`` / ``WINDOW SLIDING d EVERY s`` / ``WINDOW COUNT n [EVERY m]``.
+
+    Time windows (event time, aligned to the epoch): window k covers ``[k*slide, k*slide + size)``
+    microseconds; a tumbling window has ``slide == size``. Count windows: ``size`` events, a new window
+    every ``slide`` events (``slide == size`` without EVERY), per group.
+    """
+
+    kind: WindowKind
+    size: int
+    slide: int
+    pos: Pos = NOPOS
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateQuery:
+    """``AGGREGATE Type v [WHERE c] [GROUP BY a, ...] WINDOW ... [HAVING c] RETURN ...``: a continuous
+    query over event-time (or count) windows (003, the continuous-query layer; Esper's windowed
+    ``select ... group by ... having``).
+
+    ``where`` filters input events (a condition over ``var``); RETURN and HAVING use aggregates over
+    ``var`` (``count(v)``, ``sum(v.x)``, ... :data:`AGG_FUNCS`) and the GROUP BY attributes (``v.key``).
+    Each window that holds at least one event and passes HAVING gives one result per group.
+    """
+
+    type: str
+    var: str
+    window: WindowSpec
+    returns: tuple[ReturnItem, ...]
+    where: Expr | None = None
+    group_by: tuple[str, ...] = ()
+    having: Expr | None = None
+    name: str | None = None
+    pos: Pos = NOPOS
+    emit_into: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IntervalRule:
+    """``INTERVAL Type v WHEN cond [PARTITION BY a, ...] COVER d [MAX GAP g] [MIN DURATION m] [RETURN ...]``
+    (issue 15; 002's interval events derived from point streams).
+
+    Per partition key, in (ts, id) order, a maximal run of events of ``type`` for which ``when`` holds,
+    with gaps between consecutive events <= ``max_gap_us`` (None: ``cover_us``), gives the interval
+    ``[first.ts, last.ts + cover_us)``; intervals shorter than ``min_duration_us`` are dropped. RETURN
+    sees ``var`` as the run's events, as a Kleene variable (``count(v)``, ``min(v.x)``, ``v[1].x``).
+    Durations in int microseconds. Run by :class:`engine.intervals.derive.IntervalDeriver`.
+    """
+
+    type: str
+    var: str
+    when: Expr | None
+    cover_us: int
+    max_gap_us: int | None = None
+    min_duration_us: int = 0
+    partition_by: tuple[str, ...] = ()
+    returns: tuple[ReturnItem, ...] = ()
+    name: str | None = None
+    pos: Pos = NOPOS
+    emit_into: str | None = None
+
+    @property
+    def gap_us(self) -> int:
+        """MAX GAP, COVER when absent (int microseconds)."""
+        return self.cover_us if self.max_gap_us is None else self.max_gap_us
+
+
+Query = Union[PatternQuery, LiveArchivedQuery, FilterRule, AggregateQuery, IntervalRule]  # noqa: UP007
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +527,8 @@ def expr_text(expr: Expr) -> str:
         return f"{expr.func}({expr.var}{'' if expr.attr is None else '.' + expr.attr})"
     if isinstance(expr, Equivalence):
         return f"[{expr.attr}]"
+    if isinstance(expr, Call):
+        return f"{expr.name}({', '.join(expr_text(a) for a in expr.args)})"
     mine = _precedence(expr)
 
     def sub(child: Expr, strict: bool) -> str:

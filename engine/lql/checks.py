@@ -20,6 +20,7 @@ __all__ = [
     "declared_vars",
     "grouping_aggregates",
     "infer_type",
+    "read_types",
 ]
 
 
@@ -133,7 +134,7 @@ def _check_event_types(query: ast.PatternQuery, schemas: ast.Schema) -> None:
 def _check_attr_everywhere(
     attr: str, pos: ast.Pos, query: ast.PatternQuery, schemas: ast.Schema | None, what: str
 ) -> None:
-    if schemas is None or attr in ("ts", "id", "type"):
+    if schemas is None or attr in _HEADER_TYPES:
         return
     for comp in ast.components(query.pattern):
         for type_name in comp.types:
@@ -204,6 +205,9 @@ def _walk_refs(
     elif isinstance(expr, (ast.BinOp, ast.Compare)):
         _walk_refs(expr.left, scope, clause, False, other, side, grouped)
         _walk_refs(expr.right, scope, clause, False, other, side, grouped)
+    elif isinstance(expr, ast.Call):
+        for arg in expr.args:
+            _walk_refs(arg, scope, clause, False, other, side, grouped)
 
 
 def _refs(expr: ast.Expr) -> Iterator[ast.AttrRef | ast.Aggregate]:
@@ -217,6 +221,9 @@ def _refs(expr: ast.Expr) -> Iterator[ast.AttrRef | ast.Aggregate]:
     elif isinstance(expr, (ast.BinOp, ast.Compare)):
         yield from _refs(expr.left)
         yield from _refs(expr.right)
+    elif isinstance(expr, ast.Call):
+        for arg in expr.args:
+            yield from _refs(arg)
 
 
 def conjuncts(expr: ast.Expr) -> tuple[ast.Expr, ...]:
@@ -303,7 +310,9 @@ def _check_side(
 # ------------------------------------------------------------------------------ types
 
 _NUMERIC = {"int", "float", "duration", "number"}
-_HEADER_TYPES = {"ts": "timestamp", "id": "int", "type": "string"}
+_HEADER_TYPES = {"ts": "timestamp", "id": "int", "type": "string", "ts_end": "timestamp", "duration": "duration"}
+"""Header fields every event has; ``ts_end`` (= ``ts`` for a point event) and ``duration`` (``ts_end - ts``,
+int microseconds) come from issue 15 (interval events)."""
 _SCHEMA_TYPES = {"string", "int", "float", "bool", "timestamp"}
 
 
@@ -363,10 +372,14 @@ def infer_type(expr: ast.Expr, scope: Mapping[str, VarInfo], schemas: ast.Schema
         return "duration" if expr.is_duration else type(expr.value).__name__
     if isinstance(expr, ast.AttrRef):
         return _attr_type(expr.var, expr.attr, expr.pos, scope, schemas)
+    if isinstance(expr, ast.Call):
+        return _call_type(expr, [infer_type(a, scope, schemas) for a in expr.args])
     if isinstance(expr, ast.Aggregate):
         if expr.attr is None:
             return "int"
         t = _attr_type(expr.var, expr.attr, expr.pos, scope, schemas)
+        if expr.plugin:
+            return _plugin_aggregate_type(expr, t)
         if expr.func in ("sum", "avg") and t not in (None, "int", "float"):
             raise QueryError.at(expr.pos, f"{expr.func}() needs a number; '{expr.var}.{expr.attr}' is {t}")
         return "float" if expr.func == "avg" else t
@@ -392,6 +405,99 @@ def infer_type(expr: ast.Expr, scope: Mapping[str, VarInfo], schemas: ast.Schema
         require_condition(expr.operand, scope, schemas, "NOT")
         return "bool"
     return "bool"  # Equivalence
+
+
+# ---- plug-ins (issue 16): declared types of functions, aggregates and operators ---------------
+
+_PLUGIN_TO_CHECK = {"number": "number", "any": None}
+"""A plug-in's declared type -> the checker's (``number``: int or float of unknown kind; ``any``: unknown)."""
+
+
+def _accepts_type(declared: str, actual: str | None) -> bool:
+    """Whether an argument of inferred type ``actual`` (None: unknown) may be passed as ``declared``."""
+    if actual is None or declared == "any" or actual == declared:
+        return True
+    if declared in ("number", "float"):
+        return actual in _NUMERIC
+    if declared == "int":
+        return actual in ("int", "number", "duration")
+    if declared in ("timestamp", "duration"):
+        return actual in ("int", "number", declared)
+    return False
+
+
+def _call_type(call: ast.Call, args: list[str | None]) -> str | None:
+    from engine.plugins.registry import registry
+
+    plugin = registry().get("function", call.name)
+    if plugin is None or plugin.error is not None:
+        raise QueryError.at(call.pos, f"function '{call.name}' is not installed or broken")
+    spec = plugin.obj
+    for arg, declared, actual in zip(call.args, spec.params, args, strict=False):
+        if not _accepts_type(declared, actual):
+            raise QueryError.at(arg.pos, f"{call.name}() needs a {declared} here, found {actual}: {plugin.signature}")
+    return _PLUGIN_TO_CHECK.get(spec.returns, spec.returns)
+
+
+def _plugin_aggregate_type(agg: ast.Aggregate, t: str | None) -> str | None:
+    from engine.plugins.registry import registry
+
+    plugin = registry().get("aggregate", agg.func)
+    if plugin is None or plugin.error is not None:
+        raise QueryError.at(agg.pos, f"aggregate '{agg.func}' is not installed or broken")
+    declared = plugin.obj.arg_type
+    if not _accepts_type(declared, t):
+        raise QueryError.at(agg.pos, f"{agg.func}() needs a {declared}; '{agg.var}.{agg.attr}' is {t}")
+    return _PLUGIN_TO_CHECK.get(plugin.obj.returns, plugin.obj.returns)
+
+
+def operator_uses(node: ast.PatternNode) -> list[ast.OperatorUse]:
+    """The operator components' operators of a pattern, left to right (one per distinct use)."""
+    return list(dict.fromkeys(c.operator for c in ast.components(node) if c.operator is not None))
+
+
+def operator_schema(use: ast.OperatorUse, schemas: ast.Schema, pos: ast.Pos) -> dict[str, str]:
+    """Attribute types of ``use``'s composite events: the operator's ``schema`` (Z, 004 Definition 1)
+    over its input types' schemas, plus ``ts_start``/``ts_end`` (timestamps).
+
+    Raises
+    ------
+    QueryError
+        For an unknown input type, or when the operator rejects the input schemas or misbehaves.
+    """
+    from engine.plugins.registry import registry
+
+    children = []
+    for t in use.input_types:
+        if t not in schemas:
+            raise QueryError.at(pos, f"unknown event type '{t}'")
+        children.append(dict(schemas[t]))
+    plugin = registry().get("operator", use.name)
+    assert plugin is not None and plugin.error is None  # the parser checked it
+    try:
+        out = plugin.obj(*use.params).schema(children)
+    except Exception as err:
+        raise QueryError.at(pos, f"operator '{use.name}' ({plugin.source}): {err}") from None
+    if not isinstance(out, dict) or not all(isinstance(k, str) and v in _SCHEMA_TYPES for k, v in out.items()):
+        raise QueryError.at(
+            pos, f"operator '{use.name}' ({plugin.source}): schema() must return attribute -> {sorted(_SCHEMA_TYPES)}"
+        )
+    return {**out, "ts_start": "timestamp", "ts_end": "timestamp"}
+
+
+def _with_operator_schemas(query: ast.PatternQuery, schemas: ast.Schema | None) -> ast.Schema | None:
+    if schemas is None:
+        return None
+    extra = {}
+    for comp in ast.components(query.pattern):
+        if comp.operator is not None:
+            derived = operator_schema(comp.operator, schemas, comp.pos)
+            for attr in query.partition_by:  # the engine copies the partition key onto composites
+                for t in comp.operator.input_types:
+                    if attr in schemas.get(t, {}):
+                        derived.setdefault(attr, schemas[t][attr])
+            extra[comp.operator.derived_type] = derived
+    return {**schemas, **extra} if extra else schemas
 
 
 def require_condition(expr: ast.Expr, scope: Mapping[str, VarInfo], schemas: ast.Schema | None, where: str) -> None:
@@ -428,10 +534,25 @@ def check_query(
         At the first failed check, with the offending node's line and column.
     """
     parts = partitions or {}
+    _check_emit(query)
+    if isinstance(query, ast.FilterRule):
+        _check_filter(query, schemas, parts.get("duplicate"))
+        return
+    if isinstance(query, ast.AggregateQuery):
+        _check_aggregate(query, schemas, parts.get("group"))
+        return
+    if isinstance(query, ast.IntervalRule):
+        _check_interval(query, schemas, parts.get("query"))
+        return
     if isinstance(query, ast.PatternQuery):
+        schemas = _with_operator_schemas(query, schemas)
         scope = _check_side(query, schemas, parts.get("query"), {}, "")
         _check_returns(query.returns, scope, schemas)
         return
+    for side in (query.live, query.archived):
+        for comp in ast.components(side.pattern):
+            if comp.operator is not None:
+                raise QueryError.at(comp.pos, "operator components are only allowed in live-only queries (PATTERN ...)")
     live_vars = declared_vars(query.live.pattern)
     archived_vars = declared_vars(query.archived.pattern)
     for name, info in archived_vars.items():
@@ -450,6 +571,34 @@ def check_query(
         require_condition(query.join, scope, schemas, "JOIN")
     _check_returns(query.returns, scope, schemas, frozenset(archived_vars))
     _check_grouped_return(query.returns, frozenset(archived_vars))
+
+
+def read_types(query: ast.Query) -> frozenset[str]:
+    """Every event type a statement reads (its input streams)."""
+    if isinstance(query, (ast.FilterRule, ast.AggregateQuery)):
+        return frozenset({query.type})
+    if isinstance(query, ast.PatternQuery):
+        return frozenset(t for c in ast.components(query.pattern) for t in c.types)
+    if isinstance(query, ast.LiveArchivedQuery):
+        return read_types(query.live) | read_types(query.archived)
+    type_name = getattr(query, "type", None)  # statements added later (INTERVAL) read one type
+    return frozenset({type_name}) if isinstance(type_name, str) else frozenset()
+
+
+def _check_emit(query: ast.Query) -> None:
+    target = query.emit_into
+    if target is None:
+        return
+    if not getattr(query, "returns", ()):
+        raise QueryError.at(
+            query.pos, f"EMIT INTO {target} needs a RETURN clause: its fields are the derived event's attributes"
+        )
+    if isinstance(query, ast.LiveArchivedQuery):
+        raise QueryError.at(
+            query.pos, "EMIT INTO is not supported on live-and-archived queries yet: emit from a live statement"
+        )
+    if target in read_types(query):
+        raise QueryError.at(query.pos, f"EMIT INTO {target} would create a cycle {target} \u2192 {target}")
 
 
 def grouping_aggregates(returns: Sequence[ast.ReturnItem], archived: frozenset[str]) -> list[ast.Aggregate]:
@@ -476,3 +625,137 @@ def _check_grouped_return(returns: Sequence[ast.ReturnItem], archived: frozenset
                     f"{ast.expr_text(ref)} must be aggregated, e.g. min({ref.var}.{attr}) or last({ref.var}.{attr}):"
                     f" RETURN aggregates an archived variable ({first}), so it gives one result per live instance",
                 )
+
+
+# ------------------------------------------------------------------------------ layered rules (003)
+
+
+def _single_scope(type_name: str, var: str, pos: ast.Pos, schemas: ast.Schema | None) -> dict[str, VarInfo]:
+    if schemas is not None and type_name not in schemas:
+        raise QueryError.at(pos, f"unknown event type '{type_name}'")
+    return {var: VarInfo(var, "single", {type_name}, pos)}
+
+
+def _check_attrs(
+    refs: Sequence[PartitionRef] | None, var: str, type_name: str, schemas: ast.Schema | None, clause: str
+) -> None:
+    for ref in refs or ():
+        if ref.var is not None and ref.var != var:
+            raise QueryError.at(ref.pos, f"unknown variable '{ref.var}' in {clause} (the statement reads '{var}')")
+        if schemas is not None and ref.attr not in _HEADER_TYPES and ref.attr not in schemas.get(type_name, {}):
+            raise QueryError.at(ref.pos, f"{clause}: event type '{type_name}' has no attribute '{ref.attr}'")
+
+
+def _check_single_condition(expr: ast.Expr, scope: dict[str, VarInfo], schemas: ast.Schema | None, clause: str) -> None:
+    for ref in _refs(expr):
+        if isinstance(ref, ast.Aggregate):
+            raise QueryError.at(ref.pos, f"aggregates are not allowed in {clause}")
+        if ref.var not in scope:
+            raise QueryError.at(ref.pos, f"unknown variable '{ref.var}'")
+        if ref.index is not None:
+            raise QueryError.at(ref.pos, f"'{ref.var}' is one event here and cannot be indexed")
+    if any(isinstance(c, ast.Equivalence) for c in conjuncts(expr)):
+        raise QueryError.at(expr.pos, f"[attr] equivalence tests are not allowed in {clause}")
+    require_condition(expr, scope, schemas, clause)
+
+
+def _check_filter(rule: ast.FilterRule, schemas: ast.Schema | None, refs: Sequence[PartitionRef] | None) -> None:
+    scope = _single_scope(rule.type, rule.var, rule.pos, schemas)
+    _check_attrs(refs, rule.var, rule.type, schemas, "DROP DUPLICATE")
+    if rule.drop_when is not None:
+        _check_single_condition(rule.drop_when, scope, schemas, "DROP WHEN")
+
+
+def _check_grouped_expr(expr: ast.Expr, query: ast.AggregateQuery, clause: str) -> None:
+    """RETURN / HAVING of an AGGREGATE: every attribute outside an aggregate must be a GROUP BY attribute."""
+    for ref in _refs(expr):
+        if ref.var != query.var:
+            raise QueryError.at(ref.pos, f"unknown variable '{ref.var}'")
+        if isinstance(ref, ast.AttrRef):
+            if ref.index is not None:
+                raise QueryError.at(ref.pos, f"'{ref.var}' cannot be indexed in {clause}; use an aggregate")
+            if ref.attr not in query.group_by:
+                raise QueryError.at(
+                    ref.pos,
+                    f"{ast.expr_text(ref)} must be aggregated (e.g. last({ref.var}.{ref.attr})) or be a GROUP BY"
+                    " attribute",
+                )
+
+
+def _check_interval(query: ast.IntervalRule, schemas: ast.Schema | None, refs: Sequence[PartitionRef] | None) -> None:
+    """INTERVAL (issue 15): WHEN is a condition over one event; RETURN sees the run as a Kleene variable."""
+    scope = _single_scope(query.type, query.var, query.pos, schemas)
+    _check_attrs(refs, query.var, query.type, schemas, "PARTITION BY")
+    if query.when is not None:
+        _check_single_condition(query.when, scope, schemas, "WHEN")
+    run = {query.var: VarInfo(query.var, "kleene", {query.type}, query.pos)}
+    _check_returns(query.returns, run, schemas)
+
+
+def _check_aggregate(
+    query: ast.AggregateQuery, schemas: ast.Schema | None, refs: Sequence[PartitionRef] | None
+) -> None:
+    scope = _single_scope(query.type, query.var, query.pos, schemas)
+    _check_attrs(refs, query.var, query.type, schemas, "GROUP BY")
+    if query.where is not None:
+        _check_single_condition(query.where, scope, schemas, "WHERE")
+    # aggregates see the variable as a group of events (as a Kleene variable's)
+    grouped = {query.var: VarInfo(query.var, "kleene", {query.type}, query.pos)}
+    aliases: set[str] = set()
+    for item in query.returns:
+        _check_grouped_expr(item.expr, query, "RETURN")
+        _types_with_groups(item.expr, query, grouped, scope, schemas)
+        if item.alias in aliases:
+            raise QueryError.at(item.pos, f"duplicate RETURN name '{item.alias}'")
+        aliases.add(item.alias)
+    if "window_end" in aliases:
+        raise QueryError.at(query.pos, "RETURN name 'window_end' is reserved (every window result carries it)")
+    if query.having is not None:
+        _check_grouped_expr(query.having, query, "HAVING")
+        t = _types_with_groups(query.having, query, grouped, scope, schemas)
+        if t not in (None, "bool"):
+            raise QueryError.at(query.having.pos, f"HAVING needs a true/false condition, found a value of type {t}")
+
+
+def _types_with_groups(
+    expr: ast.Expr,
+    query: ast.AggregateQuery,
+    grouped: dict[str, VarInfo],
+    scope: dict[str, VarInfo],
+    schemas: ast.Schema | None,
+) -> str | None:
+    """Type of a RETURN/HAVING expression: aggregates typed over the group, GROUP BY attributes as single."""
+    if isinstance(expr, ast.Aggregate):
+        return infer_type(expr, grouped, schemas)
+    if isinstance(expr, ast.AttrRef):
+        return infer_type(expr, scope, schemas)
+    if isinstance(expr, (ast.Neg, ast.BinOp, ast.Compare, ast.BoolOp, ast.Not)):
+        # rebuild the type bottom-up with the same rules as infer_type: aggregates are leaves
+        return infer_type(_typed_leaves(expr, grouped, scope, schemas), {}, None)
+    return infer_type(expr, scope, schemas)
+
+
+def _typed_leaves(
+    expr: ast.Expr, grouped: dict[str, VarInfo], scope: dict[str, VarInfo], schemas: ast.Schema | None
+) -> ast.Expr:
+    """``expr`` with each aggregate / attribute replaced by a literal of its type (for :func:`infer_type`)."""
+    from dataclasses import replace
+
+    if isinstance(expr, (ast.Aggregate, ast.AttrRef)):
+        t = infer_type(expr, grouped if isinstance(expr, ast.Aggregate) else scope, schemas)
+        sample: dict[str | None, ast.Expr] = {
+            "int": ast.Literal(0, expr.pos), "float": ast.Literal(0.0, expr.pos), "string": ast.Literal("", expr.pos),
+            "bool": ast.Literal(True, expr.pos), "timestamp": ast.Literal(0, expr.pos, is_duration=True),
+        }
+        return sample.get(t, ast.AttrRef("?", "?", None, expr.pos))
+    if isinstance(expr, ast.BoolOp):
+        return replace(expr, operands=tuple(_typed_leaves(o, grouped, scope, schemas) for o in expr.operands))
+    if isinstance(expr, (ast.Not, ast.Neg)):
+        return replace(expr, operand=_typed_leaves(expr.operand, grouped, scope, schemas))
+    if isinstance(expr, (ast.BinOp, ast.Compare)):
+        return replace(
+            expr,
+            left=_typed_leaves(expr.left, grouped, scope, schemas),
+            right=_typed_leaves(expr.right, grouped, scope, schemas),
+        )
+    return expr

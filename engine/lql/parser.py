@@ -21,8 +21,9 @@ from engine.durations import MAX_DURATION_US, UNIT_US
 from engine.lql import ast
 from engine.lql.checks import PartitionRef, check_query
 from engine.lql.errors import QueryError
+from engine.lql.relations import make_relation, relation_expr
 
-__all__ = ["parse", "parse_expression", "parse_unchecked"]
+__all__ = ["parse", "parse_expression", "parse_script", "parse_unchecked"]
 
 _GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 
@@ -41,7 +42,7 @@ def _lark() -> Lark:
         grammar,
         parser="lalr",
         lexer="contextual",
-        start=["start", "expr"],
+        start=["start", "script", "expr"],
         propagate_positions=True,
         maybe_placeholders=True,
     )
@@ -111,8 +112,9 @@ class _ToAst(Transformer[Token, Any]):
     def __init__(self) -> None:
         super().__init__()
         self.partitions: dict[str, tuple[PartitionRef, ...]] = {}
+        self.statements: list[dict[str, tuple[PartitionRef, ...]]] = []  # per statement of a script
 
-    name_clause = join_clause = call_var = _first_child
+    name_clause = join_clause = component = _first_child
     return_clause = _all_children
 
     def where_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
@@ -126,8 +128,144 @@ class _ToAst(Transformer[Token, Any]):
 
     # ---------------------------------------------------------------- queries
     def start(self, meta: Meta, ch: list[Any]) -> ast.Query:
-        name, query = ch
+        name, query, emit = ch
+        if emit is not None:
+            if isinstance(query, ast.FilterRule):
+                raise QueryError.at(_pos(emit), "a FILTER rule drops events and emits none: remove EMIT INTO")
+            query = replace(query, emit_into=str(emit))
+        self.statements.append(self.partitions)
+        self.partitions = {}
         return replace(query, name=None if name is None else str(name), pos=_pos(meta))
+
+    def script(self, meta: Meta, ch: list[Any]) -> list[ast.Query]:
+        return [q for q in ch if q is not None]
+
+    def emit_clause(self, meta: Meta, ch: list[Any]) -> Token:
+        return ch[0]
+
+    # ---------------------------------------------------------------- layered rules (003)
+    def filter_rule(self, meta: Meta, ch: list[Any]) -> ast.FilterRule:
+        type_tok, var_tok, *clauses = ch
+        seen: dict[str, Any] = {}
+        for name, pos, value in clauses:
+            if name in seen:
+                raise QueryError.at(pos, f"duplicate {name} clause")
+            seen[name] = value
+        return ast.FilterRule(
+            str(type_tok), str(var_tok), seen.get("DROP DUPLICATE"), seen.get("DROP WHEN"), pos=_pos(meta)
+        )
+
+    # ---------------------------------------------------------------- INTERVAL (issue 15)
+    def interval_rule(self, meta: Meta, ch: list[Any]) -> ast.IntervalRule:
+        type_tok, var_tok, *clauses, returns = ch
+        seen: dict[str, Any] = {}
+        for name, pos, value in clauses:
+            if name in seen:
+                raise QueryError.at(pos, f"duplicate {name} clause")
+            seen[name] = value
+        if "COVER" not in seen:
+            raise QueryError.at(_pos(meta), "INTERVAL needs COVER d: how long each event stands for (e.g. COVER 5 min)")
+        partitions = tuple(seen.get("PARTITION BY") or ())
+        self.partitions["query"] = partitions
+        return ast.IntervalRule(
+            type=str(type_tok),
+            var=str(var_tok),
+            when=seen.get("WHEN"),
+            cover_us=seen["COVER"],
+            max_gap_us=seen.get("MAX GAP"),
+            min_duration_us=seen.get("MIN DURATION", 0),
+            partition_by=tuple(p.attr for p in partitions),
+            returns=tuple(returns or ()),
+            pos=_pos(meta),
+        )
+
+    def when_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
+        return ("WHEN", _pos(meta), ch[0])
+
+    def cover_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
+        return ("COVER", _pos(meta), self._positive(ch[0], "COVER"))
+
+    def max_gap_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
+        return ("MAX GAP", _pos(meta), self._non_negative(ch[0], "MAX GAP"))
+
+    def min_duration_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
+        return ("MIN DURATION", _pos(meta), self._non_negative(ch[0], "MIN DURATION"))
+
+    @staticmethod
+    def _non_negative(duration: _Duration, clause: str) -> int:
+        if duration.us is None:
+            raise QueryError.at(duration.pos, f"{_DURATION_HINT} after {clause}")
+        if duration.us < 0:
+            raise QueryError.at(duration.pos, f"{clause} must not be negative")
+        return duration.us
+
+    def drop_duplicate(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.DropDuplicate]:
+        *items, within = ch
+        self.partitions["duplicate"] = tuple(items)
+        us = self._positive(within, "DROP DUPLICATE ... WITHIN")
+        return ("DROP DUPLICATE", _pos(meta), ast.DropDuplicate(tuple(i.attr for i in items), us, _pos(meta)))
+
+    def drop_when(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
+        return ("DROP WHEN", _pos(meta), ch[0])
+
+    def aggregate_query(self, meta: Meta, ch: list[Any]) -> ast.AggregateQuery:
+        type_tok, var_tok, *clauses, returns = ch
+        seen: dict[str, Any] = {}
+        for name, pos, value in clauses:
+            if name in seen:
+                raise QueryError.at(pos, f"duplicate {name} clause")
+            seen[name] = value
+        window = seen.get("WINDOW")
+        if window is None:
+            raise QueryError.at(
+                _pos(meta), "AGGREGATE needs a WINDOW clause (TUMBLING d, SLIDING d EVERY s or COUNT n)"
+            )
+        groups = tuple(seen.get("GROUP BY") or ())
+        self.partitions["group"] = groups
+        return ast.AggregateQuery(
+            type=str(type_tok),
+            var=str(var_tok),
+            window=window,
+            returns=tuple(returns),
+            where=seen.get("WHERE"),
+            group_by=tuple(g.attr for g in groups),
+            having=seen.get("HAVING"),
+            pos=_pos(meta),
+        )
+
+    def group_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, list[PartitionRef]]:
+        return ("GROUP BY", _pos(meta), list(ch))
+
+    def having_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
+        return ("HAVING", _pos(meta), ch[0])
+
+    def window_tumbling(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.WindowSpec]:
+        size = self._positive(ch[0], "WINDOW TUMBLING")
+        return ("WINDOW", _pos(meta), ast.WindowSpec("tumbling", size, size, _pos(meta)))
+
+    def window_sliding(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.WindowSpec]:
+        size = self._positive(ch[0], "WINDOW SLIDING")
+        slide = self._positive(ch[1], "EVERY")
+        if slide > size:
+            raise QueryError.at(
+                ch[1].pos, "EVERY must not be longer than the window (events between windows would be lost)"
+            )
+        return ("WINDOW", _pos(meta), ast.WindowSpec("sliding", size, slide, _pos(meta)))
+
+    def window_count(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.WindowSpec]:
+        size_tok, slide_tok = ch
+        size = self._count(size_tok, "WINDOW COUNT")
+        slide = size if slide_tok is None else self._count(slide_tok, "EVERY")
+        if slide > size:
+            raise QueryError.at(_pos(slide_tok), "EVERY must not be more events than the window holds")
+        return ("WINDOW", _pos(meta), ast.WindowSpec("count", size, slide, _pos(meta)))
+
+    @staticmethod
+    def _count(tok: Token, clause: str) -> int:
+        n = _number(tok)
+        if not isinstance(n, int) or n < 1 or n > 1_000_000:
+            raise QueryError.at(_pos(tok), f"{clause} needs a whole number of events from 1 to 1,000,000")
+        return n
 
     def single_query(self, meta: Meta, ch: list[Any]) -> ast.PatternQuery:
         part, returns = ch
@@ -149,6 +287,7 @@ class _ToAst(Transformer[Token, Any]):
             seen[name] = value
         where, partitions = seen.get("WHERE"), seen.get("PARTITION BY")
         strategy, within = seen.get("STRATEGY"), seen.get("WITHIN")
+        plan = seen.get("PLAN")  # plans (issue 16): (name, position) of PLAN auto | nfa | tree
         if isinstance(pattern, ast.Component):  # `PATTERN Pass p` means SEQ(Pass p)
             pattern = ast.Seq((pattern,), pattern.pos)
         partitions = tuple(partitions or ())
@@ -159,6 +298,7 @@ class _ToAst(Transformer[Token, Any]):
             strategy=strategy or ast.DEFAULT_STRATEGY,
             within_us=within,
             pos=_pos(meta),
+            **({"plan": plan[0], "plan_pos": plan[1]} if plan is not None else {}),
         )
         return _Part(query, partitions)
 
@@ -174,6 +314,16 @@ class _ToAst(Transformer[Token, Any]):
         if name not in ast.STRATEGIES:
             raise QueryError.at(_pos(tok), f"unknown strategy '{tok}' (use {', '.join(ast.STRATEGIES)})")
         return ("STRATEGY", _pos(meta), name)
+
+    # ---- plans (issue 16)
+    def plan_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, tuple[str, ast.Pos]]:
+        tok = ch[0]
+        name = str(tok).lower()
+        if name not in ast.PLANS:
+            raise QueryError.at(_pos(tok), f"unknown plan '{tok}' (use {', '.join(ast.PLANS)})")
+        return ("PLAN", _pos(meta), (name, _pos(meta)))
+
+    # ---- end of plans
 
     def within_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
         return ("WITHIN", _pos(meta), self._positive(ch[0], "WITHIN"))
@@ -224,6 +374,31 @@ class _ToAst(Transformer[Token, Any]):
 
     def type_spec(self, meta: Meta, ch: list[Any]) -> tuple[str, ...]:
         return tuple(str(t) for t in ch)
+
+    # ---------------------------------------------------------------- Allen's relations (issue 15)
+    def seq_by(self, meta: Meta, ch: list[Any]) -> ast.Seq:
+        *items, rel = ch
+        return ast.Seq(tuple(items), _pos(meta), by=rel)
+
+    def relation_spec(self, meta: Meta, ch: list[Any]) -> ast.Relation:
+        word, *args = ch
+        durations = [d for d in args if d is not None]
+        us: list[int] = []
+        for d in durations:
+            if d.us is None:
+                raise QueryError.at(d.pos, f"{_DURATION_HINT} as a tolerance of {str(word).upper()}")
+            us.append(d.us)
+        return make_relation(str(word), us, _pos(word), [d.pos for d in durations])
+
+    def rel_var(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Index | None]:
+        return (str(ch[0]), None)
+
+    def rel_indexed(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Index | None]:
+        return (str(ch[0]), ch[1])
+
+    def relation(self, meta: Meta, ch: list[Any]) -> ast.Expr:
+        left, rel, right = ch
+        return relation_expr(rel, left, right, _pos(meta))
 
     def neg_kleene(self, meta: Meta, ch: list[Any]) -> ast.Component:
         raise QueryError.at(_pos(meta), "a negation cannot be a Kleene closure: write '!Type v'")
@@ -294,21 +469,103 @@ class _ToAst(Transformer[Token, Any]):
             raise QueryError.at(_pos(meta), f"index '{ch[0]}' must be a whole number from 1")
         return ast.Index("first") if k == 1 else ast.Index("at", k)
 
-    def call(self, meta: Meta, ch: list[Any]) -> ast.Aggregate:
-        func_tok, arg = ch
+    # ---------------------------------------------------------------- plug-ins (issue 16)
+    def call_var(self, meta: Meta, ch: list[Any]) -> ast.Expr:
+        """``name(v)``: an aggregate over a whole variable (``count(b)``)."""
+        func_tok, var = ch
         func = str(func_tok).lower()
         pos = _pos(meta)
-        if func not in ast.AGG_FUNCS:
-            raise QueryError.at(pos, f"unknown function '{func_tok}' (aggregates are {', '.join(ast.AGG_FUNCS)})")
-        if isinstance(arg, Token):
-            if func != "count":
-                raise QueryError.at(pos, f"{func}() needs an attribute, e.g. {func}({arg}.price)")
-            return ast.Aggregate("count", str(arg), None, pos)
         if func == "count":
-            raise QueryError.at(pos, f"count() takes a Kleene variable, e.g. count({arg.var})")
-        if arg.index is not None:
-            raise QueryError.at(arg.pos, f"an aggregate takes the whole variable: write {func}({arg.var}.{arg.attr})")
-        return ast.Aggregate(func, arg.var, arg.attr, pos)  # type: ignore[arg-type]
+            return ast.Aggregate("count", str(var), None, pos)
+        if func in ast.AGG_FUNCS or _plugin("aggregate", func) is not None:
+            raise QueryError.at(pos, f"{func}() needs an attribute, e.g. {func}({var}.price)")
+        if _plugin("function", func) is not None:
+            raise QueryError.at(_pos(var), f"'{var}' needs its variable, e.g. v.{var}")
+        raise QueryError.at(pos, _unknown_function(func_tok))
+
+    def call(self, meta: Meta, ch: list[Any]) -> ast.Expr:
+        """``name(expr, ...)``: a Kleene aggregate, a plug-in aggregate or a scalar function."""
+        func_tok, *rest = ch
+        args = [a for a in rest if a is not None]
+        func = str(func_tok).lower()
+        pos = _pos(meta)
+        plugin_agg = func not in ast.AGG_FUNCS and _plugin("aggregate", func) is not None
+        if func in ast.AGG_FUNCS or plugin_agg:
+            if len(args) != 1 or not isinstance(args[0], ast.AttrRef):
+                if func == "count":
+                    raise QueryError.at(pos, "count() takes a Kleene variable, e.g. count(b)")
+                raise QueryError.at(pos, f"{func}() takes one attribute of a Kleene variable, e.g. {func}(b.price)")
+            arg = args[0]
+            if func == "count":
+                raise QueryError.at(pos, f"count() takes a Kleene variable, e.g. count({arg.var})")
+            if arg.index is not None:
+                raise QueryError.at(
+                    arg.pos, f"an aggregate takes the whole variable: write {func}({arg.var}.{arg.attr})"
+                )
+            return ast.Aggregate(func, arg.var, arg.attr, pos, plugin=plugin_agg)  # type: ignore[arg-type]
+        plugin = _plugin("function", func)
+        if plugin is None:
+            raise QueryError.at(pos, _unknown_function(func_tok))
+        if plugin.error is not None:
+            raise QueryError.at(pos, f"function '{func}' ({plugin.source}) is broken: {plugin.error}")
+        spec = plugin.obj
+        low = len(spec.params) if spec.min_args is None else spec.min_args
+        if not low <= len(args) <= len(spec.params):
+            want = str(low) if low == len(spec.params) else f"{low} to {len(spec.params)}"
+            raise QueryError.at(pos, f"{func}() takes {want} argument(s), got {len(args)}: {plugin.signature}")
+        return ast.Call(func, tuple(args), pos)
+
+    def operator_component(self, meta: Meta, ch: list[Any]) -> ast.Component:
+        """``name(Type, param, ...) v``: a component binding the composites of operator ``name``."""
+        name_tok, *middle, var = ch
+        name = str(name_tok).lower()
+        pos = _pos(meta)
+        plugin = _plugin("operator", name)
+        if plugin is None:
+            raise QueryError.at(pos, f"unknown operator '{name_tok}' (installed: {_installed('operator')})")
+        if plugin.error is not None:
+            raise QueryError.at(pos, f"operator '{name}' ({plugin.source}) is broken: {plugin.error}")
+        factory = plugin.obj
+        types = [str(t) for t in middle if isinstance(t, Token)]
+        params = [p.value for p in middle if isinstance(p, ast.Literal)]
+        if len(types) != factory.arity:
+            raise QueryError.at(pos, f"operator '{name}' takes {factory.arity} event type(s): {plugin.signature}")
+        declared = factory.params
+        low = getattr(factory, "min_params", len(declared))
+        if not low <= len(params) <= len(declared):
+            want = f"{low} to {len(declared)}"
+            raise QueryError.at(pos, f"operator '{name}' takes {want} parameter(s): {plugin.signature}")
+        from engine.plugins.api import value_has_type
+
+        for p, t, lit in zip(params, declared, [m for m in middle if isinstance(m, ast.Literal)], strict=False):
+            if t == "duration" and not lit.is_duration:
+                raise QueryError.at(lit.pos, f"operator '{name}' needs a duration here, e.g. 10 min")
+            if not value_has_type(p, t):
+                raise QueryError.at(lit.pos, f"operator '{name}' needs a parameter of type {t} here")
+        use = ast.OperatorUse(name, tuple(types), tuple(params))
+        return ast.Component("single", (use.derived_type,), str(var), pos, operator=use)
+
+    def neg_number(self, meta: Meta, ch: list[Any]) -> ast.Literal:
+        return ast.Literal(-_number(ch[0]), _pos(meta))
+
+
+def _plugin(kind: str, name: str) -> Any:
+    from engine.plugins.registry import registry
+
+    return registry().get(kind, name)
+
+
+def _installed(kind: str) -> str:
+    from engine.plugins.registry import registry
+
+    return ", ".join(registry().names(kind)) or "none"
+
+
+def _unknown_function(tok: Token) -> str:
+    return (
+        f"unknown function '{tok}' (aggregates: {', '.join(ast.AGG_FUNCS)}; installed functions: "
+        f"{_installed('function')}; `lace operators` lists them)"
+    )
 
 
 # -------------------------------------------------------------------- syntax error messages
@@ -319,13 +576,15 @@ _TERMINAL_TEXT = {
     "NUMBER": "a number", "STRING": "a string", "IDENT": "a name", "UNIT": "a time unit (us, ms, s, min, h, d)",
     "STRATEGY_NAME": "a strategy name such as skip_till_next_match", "_KW_PARTITION": "PARTITION BY",
     "$END": "end of query",
+    "RELATION": "a relation such as BEFORE or OVERLAPS(0 s, 30 min)",
+    "_KW_MAX_GAP": "MAX GAP", "_KW_MIN_DURATION": "MIN DURATION",
 }
 _OPERATORS = {"COMP_OP", "PLUS", "MINUS", "STAR", "SLASH"}
 _ORDER = [
     "IDENT", "NUMBER", "STRING", "UNIT", "operator", "COMMA", "DOT", "LPAR", "RPAR", "LSQB", "RSQB", "PLUS", "STAR",
     "_KW_AND", "_KW_OR", "_KW_AS", "_KW_NAME", "_KW_LIVE", "_KW_PATTERN", "_KW_WHERE", "_KW_PARTITION",
     "_KW_BY", "_KW_STRATEGY", "STRATEGY_NAME", "_KW_WITHIN", "_KW_ARCHIVED", "_KW_LOOKBACK",
-    "_KW_JOIN", "_KW_RETURN",
+    "_KW_JOIN", "_KW_RETURN", "_KW_PLAN",
 ]
 
 
@@ -387,7 +646,7 @@ def _check_depth(tree: Tree[Token], limit: int = MAX_DEPTH) -> None:
         stack.extend((child, depth + 1) for child in reversed(node.children) if isinstance(child, Tree))
 
 
-def _run(text: str, start: str) -> tuple[Any, dict[str, tuple[PartitionRef, ...]]]:
+def _run(text: str, start: str) -> tuple[Any, Any]:
     try:
         tree = _lark().parse(text, start=start)
     except UnexpectedInput as err:
@@ -395,7 +654,8 @@ def _run(text: str, start: str) -> tuple[Any, dict[str, tuple[PartitionRef, ...]
     _check_depth(tree)
     builder = _ToAst()
     try:
-        return builder.transform(tree), builder.partitions
+        result = builder.transform(tree)
+        return result, builder.statements if start == "script" else (builder.statements or [{}])[-1]
     except VisitError as err:
         if isinstance(err.orig_exc, QueryError):
             raise err.orig_exc from None
@@ -442,6 +702,35 @@ def parse(text: str, schemas: ast.Schema | None = None) -> ast.Query:
     query, partitions = _run(text, "start")
     check_query(query, schemas, partitions=partitions)
     return query
+
+
+def parse_script(text: str, schemas: ast.Schema | None = None) -> list[ast.Query]:
+    """Parse and check several LQL statements separated by ``;`` (a rule graph, 003).
+
+    Each statement is checked as :func:`parse` does, against ``schemas`` extended, statement by
+    statement, with the derived event types of the ``EMIT INTO`` statements before it (a statement may
+    read the output of an earlier one only); positions are in the whole text.
+
+    Raises
+    ------
+    QueryError
+        On a syntax error or a failed check, with line and column in ``text``; also when two
+        statements have the same NAME.
+    """
+    from engine.rules.derived import derived_schema
+
+    queries, partitions = _run(text, "script")
+    known = dict(schemas) if schemas is not None else None
+    names: set[str] = set()
+    for query, parts in zip(queries, partitions, strict=True):
+        if query.name is not None:
+            if query.name in names:
+                raise QueryError.at(query.pos, f"two statements are named '{query.name}'")
+            names.add(query.name)
+        check_query(query, known, partitions=parts)
+        if known is not None and query.emit_into is not None:
+            known[query.emit_into] = derived_schema(query, known)
+    return list(queries)
 
 
 def parse_expression(text: str) -> ast.Expr:

@@ -12,12 +12,20 @@ down to the earliest edge where all their variables are bound:
 - ``take_*``       the same for a further element of a Kleene slot,
 - ``emit_general`` conditions on ``b[last]``/``b[k]`` of a final Kleene slot.
 
-Within a group, cheap and selective conjuncts come first (equalities, then
-ranges; fewer AST nodes first). The compiled plans hold no per-key state.
+Within a group, conjuncts are ordered by ascending ``cost / (1 - p)`` (004's
+Strategy 1 when costs are equal): ``cost`` is the number of AST nodes, ``p`` the
+pass probability from ``estimates`` (LQL text of the conjunct -> probability,
+e.g. from archive statistics) or a default (:func:`engine.nfa.conditions.default_pass`).
+:mod:`engine.nfa.conjunct_order` re-orders them at run time from measured rates.
+``order="declared"`` keeps the WHERE order; ``push_down=False`` evaluates every
+positive conjunct on the complete match (``emit_general``) instead of at the
+earliest edge (004's Strategy 2 off), for skip_till_any_match only.
+Each group's :class:`ConjunctMeta` list (``Slot.meta``, ``NFAPlan.emit_meta``)
+runs parallel to it. The compiled plans hold no per-key state.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +35,7 @@ from engine.lql.ast import (
     AttrRef,
     BinOp,
     BoolOp,
+    Call,
     Compare,
     Component,
     Equivalence,
@@ -35,14 +44,40 @@ from engine.lql.ast import (
     Neg,
     Not,
     PatternQuery,
+    expr_text,
 )
 from engine.lql.errors import QueryError
-from engine.nfa.conditions import SAME, Fn, compile_bool, compile_value, expr_cost, selectivity_rank
+from engine.lql.relations import by_conjuncts
+from engine.nfa.conditions import SAME, Fn, compile_bool, compile_value, default_pass, expr_cost, order_rank
 from engine.nfa.plans import Plan
 
 
 class _NotEdge(Exception):
     """A reference the edge form cannot resolve: the conjunct is general."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConjunctMeta:
+    """What the cost model knows about one compiled conjunct.
+
+    Attributes
+    ----------
+    text : str
+        Normalized LQL text (:func:`engine.lql.ast.expr_text`), the key of ``estimates``.
+    cost : int
+        Evaluation cost in AST nodes (:func:`engine.nfa.conditions.expr_cost`).
+    estimate : float
+        Prior pass probability (from ``estimates`` or the default).
+    """
+
+    text: str
+    cost: int
+    estimate: float
+
+
+GROUPS = ("entry_local", "entry_edge", "entry_general", "take_local", "take_edge", "take_general")
+"""The conjunct lists of a :class:`Slot`, in evaluation order (entry: binding the slot's first event; take: a
+further element of a Kleene slot)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +171,8 @@ class Slot:
     take_general: list[Conjunct] = field(default_factory=list)
     negations: list[NegSpec] = field(default_factory=list)
     """Middle negations checked when this slot's first event is bound."""
+    meta: dict[str, list[ConjunctMeta]] = field(default_factory=dict)
+    """Group name (:data:`GROUPS`) -> one :class:`ConjunctMeta` per item of that list, same order."""
 
 
 @dataclass(slots=True)
@@ -152,6 +189,13 @@ class NFAPlan:
     neg_types: frozenset[str]
     layout: Any = None
     """(query variables, slot variables, slot Kleene flags): how a binding becomes ``Match.events``."""
+    shareable: list[bool] = field(default_factory=list)
+    """Per slot: whether runs parked at this slot with the same last bound event have identical futures
+    (every condition still to be evaluated reads only that event, later bindings and the current event),
+    so that skip_till_next_match and the contiguity strategies may advance them as one group
+    (:mod:`engine.nfa.shared_runs`; docs/semantics.md section 4, "Runs that share work")."""
+    emit_meta: list[ConjunctMeta] = field(default_factory=list)
+    """One :class:`ConjunctMeta` per item of ``emit_general``, same order."""
 
     @property
     def final(self) -> int:
@@ -171,6 +215,8 @@ def refs_of(expr: Expr) -> list[AttrRef | Aggregate]:
         return [r for e in expr.operands for r in refs_of(e)]
     if isinstance(expr, (Not, Neg)):
         return refs_of(expr.operand)
+    if isinstance(expr, Call):
+        return [r for a in expr.args for r in refs_of(a)]
     return []
 
 
@@ -181,6 +227,10 @@ def _event_getter(attr: str) -> Callable[[Event], Any]:
         return lambda e: e.id
     if attr == "type":
         return lambda e: e.type
+    if attr == "ts_end":
+        return lambda e: e.ts_end
+    if attr == "duration":
+        return lambda e: e.ts_end - e.ts
     return lambda e: e.attrs.get(attr)
 
 
@@ -192,6 +242,14 @@ def _pick(pos: int, attr: str) -> Fn:
         return (lambda a, b, c: a.id, lambda a, b, c: b.id, lambda a, b, c: c.id)[pos]
     if attr == "type":
         return (lambda a, b, c: a.type, lambda a, b, c: b.type, lambda a, b, c: c.type)[pos]
+    if attr == "ts_end":
+        return (lambda a, b, c: a.ts_end, lambda a, b, c: b.ts_end, lambda a, b, c: c.ts_end)[pos]
+    if attr == "duration":
+        return (
+            lambda a, b, c: a.ts_end - a.ts,
+            lambda a, b, c: b.ts_end - b.ts,
+            lambda a, b, c: c.ts_end - c.ts,
+        )[pos]
     return (
         lambda a, b, c: a.attrs.get(attr),
         lambda a, b, c: b.attrs.get(attr),
@@ -202,13 +260,28 @@ def _pick(pos: int, attr: str) -> Fn:
 class PlanCompiler:
     """Builds one :class:`NFAPlan` from a linear plan and the query's conjuncts."""
 
-    def __init__(self, query: PatternQuery, plan: Plan, index: int, fold_equivalence: bool) -> None:
+    def __init__(
+        self,
+        query: PatternQuery,
+        plan: Plan,
+        index: int,
+        fold_equivalence: bool,
+        *,
+        push_down: bool = True,
+        estimates: Mapping[str, float] | None = None,
+        order: str = "cost",
+    ) -> None:
+        self.push_down = push_down
+        self.estimates = estimates or {}
+        self.order = order
         self.query = query
         self.plan = plan
         self.index = index
         self.fold_equivalence = fold_equivalence
         self.pos_slot: dict[str, int] = {}
         self.neg_after: dict[str, int] = {}
+        self.placed: list[tuple[Expr, str, int]] = []
+        """Positive conjuncts and where they are evaluated: ("entry" | "take" | "emit", slot)."""
         self.positives: list[Component] = []
         for comp in plan:
             if comp.kind == "neg":
@@ -290,9 +363,11 @@ class PlanCompiler:
 
     def _conjuncts(self) -> list[Expr]:
         where = self.query.where
-        if where is None:
-            return []
-        parts = list(where.operands) if isinstance(where, BoolOp) and where.op == "and" else [where]
+        parts: list[Expr] = []
+        if where is not None:
+            parts = list(where.operands) if isinstance(where, BoolOp) and where.op == "and" else [where]
+        for extra in by_conjuncts(self.query.pattern, self.plan):  # SEQ(...) BY rel (issue 15), per plan
+            parts.extend(extra.operands if isinstance(extra, BoolOp) and extra.op == "and" else [extra])
         out: list[Expr] = []
         for part in parts:
             if isinstance(part, Equivalence):
@@ -302,7 +377,24 @@ class PlanCompiler:
             variables = {r.var for r in refs_of(part)}
             if all(v in self.pos_slot or v in self.neg_after for v in variables):
                 out.append(part)
-        out.sort(key=lambda e: (selectivity_rank(e), expr_cost(e)))
+        if self.order != "declared":
+            out.sort(key=lambda e: order_rank(expr_cost(e), self.meta(e).estimate))
+        return out
+
+    def meta(self, expr: Expr) -> ConjunctMeta:
+        """The cost model's view of ``expr``: text, AST-node cost, prior pass probability."""
+        text = expr_text(expr)
+        estimate = self.estimates.get(text)
+        return ConjunctMeta(text, expr_cost(expr), float(estimate) if estimate is not None else default_pass(expr))
+
+    def tree_conjuncts(self) -> list[tuple[frozenset[int], Conjunct, ConjunctMeta]]:
+        """Every positive conjunct in general form with the slots it reads (all slots for a constant one),
+        for tree plans (:mod:`engine.nfa.tree`; only plans without negation use them)."""
+        out = []
+        every = frozenset(range(len(self.positives)))
+        for expr in self._conjuncts():
+            slots = frozenset(self.pos_slot[r.var] for r in refs_of(expr) if r.var in self.pos_slot)
+            out.append((slots or every, self._general_conjunct(expr), self.meta(expr)))
         return out
 
     def _equivalence(self, eq: Equivalence) -> list[Expr]:
@@ -364,6 +456,7 @@ class PlanCompiler:
             Slot(i, c.var, frozenset(c.types), c.is_kleene) for i, c in enumerate(self.positives)
         ]
         emit_general: list[Conjunct] = []
+        emit_meta: list[ConjunctMeta] = []
         neg_conj: dict[str, list[Expr]] = {v: [] for v in self.neg_after}
         for expr in self._conjuncts():
             negs = {r.var for r in refs_of(expr) if r.var in self.neg_after}
@@ -372,10 +465,17 @@ class PlanCompiler:
             if negs:
                 neg_conj[negs.pop()].append(expr)
                 continue
+            if not self.push_down:
+                emit_general.append(self._general_conjunct(expr))
+                emit_meta.append(self.meta(expr))
+                self.placed.append((expr, "emit", len(slots) - 1))
+                continue
             kind, s = self._point(expr)
             if kind == "close":
                 if s == len(slots) - 1:
                     emit_general.append(self._general_conjunct(expr))
+                    self.placed.append((expr, "emit", s))
+                    emit_meta.append(self.meta(expr))
                     continue
                 kind, s = "close-next", s + 1
             self._place(slots[s], expr, kind)
@@ -399,7 +499,60 @@ class PlanCompiler:
                 slot_of_type.setdefault(t, []).append(slot.index)
         neg_types = frozenset(t for n in negations + trailing for t in n.types)
         compiled_returns = [(alias, compile_value(expr, self._general)) for alias, expr in returns]
-        return NFAPlan(self.index, slots, emit_general, negations, trailing, compiled_returns, slot_of_type, neg_types)
+        shareable = [self._shareable(j, negations, neg_conj) for j in range(len(slots))]
+        return NFAPlan(
+            self.index,
+            slots,
+            emit_general,
+            negations,
+            trailing,
+            compiled_returns,
+            slot_of_type,
+            neg_types,
+            shareable=shareable,
+            emit_meta=emit_meta,
+        )
+
+    def _shareable(self, j: int, negations: list[NegSpec], neg_conj: dict[str, list[Expr]]) -> bool:
+        """Whether runs parked at slot ``j`` with the same last bound event have identical futures.
+
+        The conditions still to be evaluated for such a run are: the take conjuncts of slot ``j``,
+        the entry and take conjuncts of later slots, the emit conjuncts of a final Kleene slot and the
+        middle negations checked after slot ``j``. Each may read the current event, events bound
+        after slot ``j``, negation candidates, slot ``j``'s last event (a single variable, ``b[last]``,
+        and ``b[i-1]`` / ``b[i]`` in slot ``j``'s own take conjuncts) and nothing else: not
+        ``b[1]``, ``b[k]``, an aggregate over ``b`` or an earlier variable, which differ between runs.
+        A negation checked later must lie after slot ``j`` (its gap starts at slot ``j``'s last event
+        or later). WITHIN, trailing negations and RETURN are evaluated per run (per start) anyway.
+        """
+        for expr, where, s in self.placed:
+            future = s > j or (s == j and where in ("take", "emit"))
+            if future and not self._reads_only_shared(expr, j, where == "take" and s == j):
+                return False
+        for spec in negations:
+            if spec.check_slot <= j:
+                continue
+            if spec.after < j:
+                return False
+            if not all(self._reads_only_shared(e, j, False) for e in neg_conj[spec.var]):
+                return False
+        return True
+
+    def _reads_only_shared(self, expr: Expr, j: int, take_of_j: bool) -> bool:
+        """Whether ``expr`` reads, of slots ``<= j``, only slot ``j``'s last bound event."""
+        for r in refs_of(expr):
+            s = self.pos_slot.get(r.var)
+            if s is None or s > j:
+                continue  # a negated or unbound variable, or a later binding: shared
+            if s < j or isinstance(r, Aggregate):
+                return False
+            if not self.positives[j].is_kleene:
+                continue
+            kind = r.index.kind if r.index else None
+            if kind == "last" or (take_of_j and kind in ("i", "prev")):
+                continue
+            return False
+        return True
 
     def _place(self, slot: Slot, expr: Expr, kind: str) -> None:
         """Push a positive conjunct down to its slot's local, edge or general group."""
@@ -410,28 +563,30 @@ class PlanCompiler:
             uses_prev = any(isinstance(r, AttrRef) and r.index and r.index.kind == "prev" for r in refs)
             if not uses_prev:
                 self._add_entry(slot, expr, only_current)
+            self.placed.append((expr, "take", slot.index))
             fn = self._edge_or_none(expr, slot.index, "take")
             uses_only_i = all(
                 self.pos_slot[r.var] == slot.index and isinstance(r, AttrRef) and r.index and r.index.kind == "i"
                 for r in refs
             )
             if fn is None:
-                slot.take_general.append(self._general_conjunct(expr))
+                _add(slot, "take_general", self._general_conjunct(expr), self.meta(expr))
             elif uses_only_i:
-                slot.take_local.append(fn)
+                _add(slot, "take_local", fn, self.meta(expr))
             else:
-                slot.take_edge.append(fn)
+                _add(slot, "take_edge", fn, self.meta(expr))
             return
         self._add_entry(slot, expr, only_current and kind != "close-next")
 
     def _add_entry(self, slot: Slot, expr: Expr, only_current: bool) -> None:
+        self.placed.append((expr, "entry", slot.index))
         fn = self._edge_or_none(expr, slot.index, "entry")
         if fn is None:
-            slot.entry_general.append(self._general_conjunct(expr))
+            _add(slot, "entry_general", self._general_conjunct(expr), self.meta(expr))
         elif only_current:
-            slot.entry_local.append(fn)
+            _add(slot, "entry_local", fn, self.meta(expr))
         else:
-            slot.entry_edge.append(fn)
+            _add(slot, "entry_edge", fn, self.meta(expr))
 
     def _negation(self, comp: Component, conjuncts: list[Expr], n_slots: int) -> NegSpec:
         after = self.neg_after[comp.var]
@@ -451,10 +606,26 @@ class PlanCompiler:
         return NegSpec(after, frozenset(comp.types), comp.var, trailing, check_slot, conds, edge_fns, local_fns)
 
 
+def _add(slot: Slot, group: str, item: Any, meta: ConjunctMeta) -> None:
+    """Append a compiled conjunct to one of ``slot``'s groups and its metadata beside it."""
+    getattr(slot, group).append(item)
+    slot.meta.setdefault(group, []).append(meta)
+
+
 def _aggregate(agg: Aggregate, slot: int, kleene: bool) -> Fn:
     """RETURN aggregate over a Kleene slot ``env[slot]`` (a single variable counts as one element)."""
     get = _event_getter(agg.attr) if agg.attr else None
     func = agg.func
+    if agg.plugin:  # an aggregate plug-in (issue 16)
+        from engine.plugins.evaluate import group_aggregate
+
+        fold, getp = group_aggregate(func), _event_getter(agg.attr or "")
+
+        def plugin_aggregate(env: Any, i: int, x: Any) -> Any:
+            bound: Any = env[slot] if slot < len(env) else ()
+            return fold(map(getp, bound if kleene else (bound,)))
+
+        return plugin_aggregate
 
     def aggregate(env: Any, i: int, x: Any) -> Any:
         bound: Any = env[slot] if slot < len(env) else ()

@@ -26,6 +26,7 @@ from engine.lql.ast import (
     AttrRef,
     BinOp,
     BoolOp,
+    Call,
     Compare,
     Equivalence,
     Expr,
@@ -68,6 +69,8 @@ def compile_value(expr: Expr, resolve: Resolver) -> Fn:
         return neg
     if isinstance(expr, BinOp):
         return _arith(_ARITH[expr.op], compile_value(expr.left, resolve), compile_value(expr.right, resolve))
+    if isinstance(expr, Call):
+        return compile_call(expr, [compile_value(a, resolve) for a in expr.args])
     # a boolean used as a value (RETURN a.x > 3)
     return compile_bool(expr, resolve)
 
@@ -155,8 +158,74 @@ def _compare(op_name: str, left: Fn, right: Fn) -> Fn:
     return cmp
 
 
+# ---- plug-ins (issue 16): scalar function calls -----------------------------------------------
+
+
+def compile_call(call: Call, args: list[Fn]) -> Fn:
+    """Compile ``name(args...)`` to ``f(a, b, c)`` calling the ``lace.functions`` plug-in ``name``.
+
+    Null rules as for arithmetic: an argument that is None or not of the declared type makes the call
+    None without calling the plug-in. A plug-in that raises or returns a value of another type than
+    it declares raises :class:`engine.plugins.api.PluginError` naming it.
+
+    Raises
+    ------
+    QueryError
+        When ``name`` is not an installed, working function (the checks report it first).
+    """
+    from engine.lql.errors import QueryError
+    from engine.plugins.api import PluginError, value_has_type
+    from engine.plugins.registry import registry
+
+    plugin = registry().get("function", call.name)
+    if plugin is None or plugin.error is not None:
+        reason = "not installed" if plugin is None else plugin.error
+        raise QueryError.at(call.pos, f"function '{call.name}' cannot be used: {reason}")
+    spec = plugin.obj
+    fn, name, source, returns = spec.fn, call.name, plugin.source, spec.returns
+    types = spec.params[: len(args)]
+
+    def run(values: tuple[Any, ...]) -> Any:
+        for v, t in zip(values, types, strict=True):
+            if v is None or not value_has_type(v, t):
+                return None
+        try:
+            out = fn(*values)
+        except Exception as err:
+            raise PluginError("function", name, source, f"raised {type(err).__name__}: {err}") from err
+        if out is not None and not value_has_type(out, returns):
+            raise PluginError("function", name, source, f"returned {type(out).__name__}, declared {returns}")
+        return out
+
+    if len(args) == 1:
+        (g,) = args
+        t0 = types[0]
+        if t0 == "timestamp" or t0 == "int":  # the common one-argument case, inlined
+
+            def call1(a: Any, b: Any, c: Any) -> Any:
+                v = g(a, b, c)
+                if v.__class__ is not int:
+                    return run((v,))
+                try:
+                    out = fn(v)
+                except Exception as err:
+                    raise PluginError("function", name, source, f"raised {type(err).__name__}: {err}") from err
+                if out is not None and not value_has_type(out, returns):
+                    raise PluginError("function", name, source, f"returned {type(out).__name__}, declared {returns}")
+                return out
+
+            return call1
+        return lambda a, b, c: run((g(a, b, c),))
+    if len(args) == 2:
+        g, h = args
+        return lambda a, b, c: run((g(a, b, c), h(a, b, c)))
+    return lambda a, b, c: run(tuple(g(a, b, c) for g in args))
+
+
 def expr_cost(expr: Expr) -> int:
     """Rough evaluation cost: number of nodes. Used to order conjuncts cheap-first."""
+    if isinstance(expr, Call):
+        return 2 + sum(expr_cost(a) for a in expr.args)
     if isinstance(expr, (Compare, BinOp)):
         return 1 + expr_cost(expr.left) + expr_cost(expr.right)
     if isinstance(expr, BoolOp):
@@ -164,6 +233,43 @@ def expr_cost(expr: Expr) -> int:
     if isinstance(expr, (Not, Neg)):
         return 1 + expr_cost(expr.operand)
     return 1
+
+
+def default_pass(expr: Expr) -> float:
+    """Prior pass probability of a conjunct with no statistics (System R-style defaults).
+
+    ``=`` (and the ``[attr]`` equality): 0.1; ``!=``: 0.9; ``<``, ``<=``, ``>``, ``>=``: 1/3; anything else: 0.5.
+    """
+    if isinstance(expr, Compare):
+        if expr.op in ("=", SAME):
+            return 0.1
+        if expr.op == "!=":
+            return 0.9
+        return 1 / 3
+    return 0.5
+
+
+def order_rank(cost: float, pass_probability: float) -> float:
+    """Sort key of a conjunct: ``cost / (1 - p)``, ascending is the cheapest expected order.
+
+    For independent conjuncts evaluated with short-circuit AND, evaluating them by ascending
+    ``c_i / (1 - p_i)`` minimises ``sum_i c_i * prod_{k<i} p_k``; with equal costs this is
+    004's Strategy 1 (lowest pass probability first, section 4.1.2, formula (9)).
+    A conjunct that always passes (p = 1) goes last.
+    """
+    if pass_probability >= 1.0:
+        return float("inf")
+    return cost / (1.0 - max(pass_probability, 0.0))
+
+
+def expected_cost(costs: list[float], probabilities: list[float]) -> float:
+    """``sum_i c_i * prod_{k<i} p_k``: expected cost of evaluating conjuncts in this order (004, formula (9))."""
+    total = 0.0
+    reach = 1.0
+    for c, p in zip(costs, probabilities):
+        total += c * reach
+        reach *= p
+    return total
 
 
 def selectivity_rank(expr: Expr) -> int:

@@ -20,6 +20,9 @@ class Counters:
         Partial matches created (chain storage: nodes; run storage: runs).
     copied : int
         Partial matches created by copying another (run storage branching; 0 for chains).
+    merged : int
+        Partial matches that joined another run's group instead of being advanced on their own
+        (skip_till_next_match / contiguity with shared runs, :mod:`engine.nfa.shared_runs`).
     live : int
         Partial matches currently held.
     peak_live : int
@@ -35,6 +38,7 @@ class Counters:
     ignored: int = 0
     created: int = 0
     copied: int = 0
+    merged: int = 0
     live: int = 0
     peak_live: int = 0
     emitted: int = 0

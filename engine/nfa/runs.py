@@ -102,6 +102,19 @@ class RunStorage:
         self.proceed_types = [plan.slots[j + 1].types if j < self.final else empty for j in range(len(plan.slots))]
         n = len(plan.slots)
         self.all_slots = tuple(range(n - 1, -1, -1))
+        # slots whose runs proceed on every event of the next slot's types: no conditions, no negation,
+        # nothing to check at emission, not skip_till_any_match (whose runs stay), and when the next slot
+        # is the last one, a single component whose matches go straight out
+        self.plain_proceed = [
+            j < self.final
+            and self.mode != _ANY
+            and not (nxt := plan.slots[j + 1]).entry_local
+            and not nxt.entry_edge
+            and not nxt.entry_general
+            and not nxt.negations
+            and (j + 1 < self.final or (self.direct and not nxt.kleene and not plan.emit_general))
+            for j in range(n)
+        ]
         # slots whose runs an event type can advance (contiguity visits every slot: others die)
         self.visit: dict[str, tuple[int, ...]] = {}
         self.default_visit = self.all_slots if self.mode == _CONTIGUOUS else ()
@@ -133,7 +146,7 @@ class RunStorage:
     def process(self, state: RunState, e: Event, out: list[Match]) -> None:
         """Advance the runs of this key that ``e`` can concern, then start a new run at ``e``."""
         counters = self.counters
-        lower = e.ts - self.window_us if self.window_us is not None else _FAR_PAST
+        lower = e.ts_end - self.window_us if self.window_us is not None else _FAR_PAST
         if self.window_us is not None and self.plan.negations:
             state.trim(lower)
         etype = e.type
@@ -146,6 +159,10 @@ class RunStorage:
                 continue
             can_take = etype in self.take_types[j]
             can_proceed = etype in self.proceed_types[j]
+            if can_proceed and not can_take and self.plain_proceed[j]:
+                # every run in the window proceeds, unconditionally (P1 under skip_till_next_match)
+                self._proceed_all(j, runs, e, lower, by_slot, out)
+                continue
             keep: list[Run] = []
             up = by_slot[j + 1] if j < self.final else keep
             n_up = len(up)
@@ -188,6 +205,31 @@ class RunStorage:
         if self.plan.negations:
             state.record_negations(e)
 
+    def _proceed_all(
+        self, j: int, runs: list[Run], e: Event, lower: int, by_slot: list[list[Run]], out: list[Match]
+    ) -> None:
+        """Move every run of slot ``j`` that is still in the window into slot ``j + 1`` with ``e``."""
+        counters = self.counters
+        by_slot[j] = []
+        counters.live -= len(runs)
+        if j + 1 == self.final:  # a single final component without conditions: emit and end
+            name = self.query_name
+            layout = self.plan.layout
+            ts = e.ts
+            n = 0
+            for r in runs:
+                if r[0] >= lower:
+                    out.append(Match(name, None, r[0], ts, None, layout, r[1] + (e,)))
+                    n += 1
+            counters.created += n
+            return
+        bind: Any = (e,) if self.kleene[j + 1] else e
+        up = by_slot[j + 1]
+        n_up = len(up)
+        up.extend([(r[0], r[1] + (bind,)) for r in runs if r[0] >= lower])
+        counters.created += len(up) - n_up
+        counters.live += len(up) - n_up
+
     def _add(self, state: RunState, j: int, run: Run, into: list[Run], out: list[Match]) -> bool:
         """Count a new run at slot ``j``, emit it when complete, keep it unless it is finished."""
         self.counters.created += 1
@@ -197,7 +239,7 @@ class RunStorage:
                 if self.direct:
                     first = env[0][0] if self.kleene[0] else env[0]
                     last = env[-1][-1] if self.kleene[-1] else env[-1]
-                    out.append(Match(self.query_name, None, first.ts, last.ts, None, self.plan.layout, env))
+                    out.append(Match(self.query_name, None, first.ts, last.ts_end, None, self.plan.layout, env))
                 else:
                     self.sink(state, env)
             if not self.kleene[j]:

@@ -55,7 +55,7 @@ class PlanState:
             if e.type in spec.types:
                 if spec.local_fns is not None:
                     if spec.qualifies_local(e):
-                        self.neg_last[k] = (e.ts, e.id)
+                        self.neg_last[k] = (e.ts_end, e.id)
                 else:
                     self.neg_buf[k].append(e)
 
@@ -65,7 +65,7 @@ class PlanState:
         for p in self.pending:
             if p.killed:
                 continue
-            if (p.last.ts, p.last.id) < (e.ts, e.id) and e.ts <= p.deadline:
+            if (p.last.ts_end, p.last.id) < (e.ts_end, e.id) and e.ts_end <= p.deadline:
                 for spec in p.plan.trailing:
                     if e.type in spec.types and spec.violated_by(p.env, e):
                         p.killed = True
@@ -77,9 +77,9 @@ class PlanState:
     def trim(self, lower_ts: int) -> None:
         """Forget negation events older than ``lower_ts`` (no live partial match can need them)."""
         for buf in self.neg_buf:
-            if buf and buf[0].ts < lower_ts:
+            if buf and buf[0].ts_end < lower_ts:
                 cut = 0
-                while cut < len(buf) and buf[cut].ts < lower_ts:
+                while cut < len(buf) and buf[cut].ts_end < lower_ts:
                     cut += 1
                 del buf[:cut]
         if self.pending:
@@ -90,7 +90,7 @@ class PlanState:
         """Middle negations checkable on the edge ``prev -> e`` (local or edge form) hold."""
         for spec in specs:
             if spec.local_fns is not None:
-                if self.neg_last[spec.k] > (prev.ts, prev.id):
+                if self.neg_last[spec.k] > (prev.ts_end, prev.id):
                     return False
             elif spec.edge_fns is not None:
                 for x in self._between(spec.k, prev, e):
@@ -113,10 +113,10 @@ class PlanState:
 
     def _between(self, k: int, lo: Event, hi: Event) -> list[Event]:
         buf = self.neg_buf[k]
-        start = bisect_right(buf, (lo.ts, lo.id), key=lambda ev: (ev.ts, ev.id))
+        start = bisect_right(buf, (lo.ts_end, lo.id), key=lambda ev: (ev.ts_end, ev.id))
         out = []
         for x in buf[start:]:
-            if (x.ts, x.id) >= (hi.ts, hi.id):
+            if (x.ts_end, x.id) >= (hi.ts_end, hi.id):
                 break
             out.append(x)
         return out

@@ -131,7 +131,7 @@ def openapi() -> tuple[dict[str, Any], dict[tuple[str, str], str]]:
             name = getattr(dep.call, "__name__", "")
             if name.startswith("require_"):
                 for method in route.methods or ():
-                    scopes[(method, route.path)] = name.removeprefix("require_")
+                    scopes[(method, route.path_format)] = name.removeprefix("require_")
             stack.extend(dep.dependencies)
     return app.openapi(), scopes
 

@@ -104,6 +104,9 @@ class Settings(BaseSettings):
     """SLLAA's tolerated delay ``T_L`` (event-time seconds) of a live-and-archived query that gives none."""
     la_lookup_workers: Annotated[int, Field(ge=1, le=64)] = 2
     """Archive requests (Spark jobs) of live-and-archived queries that run at once, over all queries."""
+    la_process: bool = True
+    """Run each live-and-archived query (its live matcher, archived matching and joins) in a process of its
+    own, so it does not share the GIL with ingest; Spark stays in the service (``false``: a thread)."""
     la_checkpoint_s: Annotated[float, Field(gt=0)] = 1.0
     """How often a live-and-archived query records how far back a restart must replay (wall seconds)."""
 

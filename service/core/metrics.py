@@ -21,6 +21,9 @@ class Metrics:
         self.events_rejected = Counter(
             "lace_events_rejected", "Events rejected, by reason kind", ["reason"], registry=r
         )
+        self.events_derived = Counter(
+            "lace_events_derived", "Derived events emitted by EMIT INTO statements (archived)", registry=r
+        )
         self.matches = Counter("lace_matches", "Matches found by live queries", ["query"], registry=r)
         self.alerts = Counter("lace_alerts", "Alerts recorded (after de-duplication)", registry=r)
         self.alerts_duplicate = Counter(

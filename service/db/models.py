@@ -21,6 +21,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -52,6 +53,10 @@ class EventTypeRow(Base):
     allowed_lateness_us: Mapped[int] = mapped_column(BigInteger, default=0)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
     updated_at_us: Mapped[int] = mapped_column(BigInteger)
+    interval: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """An interval type (issue 15): events carry ts_end > ts (migration 0008)."""
+    max_duration_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """An interval type's longest accepted event, microseconds (None: no bound)."""
 
 
 class QueryRow(Base):
@@ -66,7 +71,9 @@ class QueryRow(Base):
     types: Mapped[list[str]] = mapped_column(JSON)
     window_us: Mapped[int | None] = mapped_column(BigInteger)
     version: Mapped[int] = mapped_column(Integer, default=1)
-    kind: Mapped[str] = mapped_column(String(16), default="live", server_default="live")  # live | live_archived
+    # live | live_archived | filter | aggregate | interval
+    kind: Mapped[str] = mapped_column(String(16), default="live", server_default="live")
+    emits: Mapped[str | None] = mapped_column(String(64))  # EMIT INTO: the derived event type
     algorithm: Mapped[str | None] = mapped_column(String(8))  # live-and-archived: sllaa | ollaa | llaa | alaa
     tolerance_us: Mapped[int | None] = mapped_column(BigInteger)  # SLLAA's T_L (None: the service default)
     pm_capacity: Mapped[int | None] = mapped_column(BigInteger)  # None: the service default (LACE_PM_CAPACITY)
@@ -125,6 +132,8 @@ class AlertRow(Base):
     start_us: Mapped[int] = mapped_column(BigInteger)
     end_us: Mapped[int] = mapped_column(BigInteger)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
+    query_version: Mapped[int | None] = mapped_column(Integer)
+    """The version of the query that found it (``PUT /queries/{id}`` makes a new one)."""
 
 
 class DeliveryRow(Base):

@@ -24,7 +24,7 @@ from engine.io import parse_iso_us
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-HEADER_KEYS = frozenset({"id", "type", "ts", "attrs"})
+HEADER_KEYS = frozenset({"id", "type", "ts", "attrs", "ts_end"})
 _MISSING = object()
 
 
@@ -188,6 +188,11 @@ class TypeSpec:
     defaults : dict[str, Any]
         Optional attributes -> the value an event without one (or with ``null``) gets; a ``None``
         default leaves it missing. Attributes not listed are required.
+    interval : bool
+        An interval type (issue 15): each event needs ``ts_end`` > ``ts``; its watermark runs on ``ts_end``.
+    max_duration_us : int | None
+        An interval type's longest event (``ts_end - ts``), microseconds; longer ones are refused. It
+        bounds how long a partial match waits on an interval that started long ago (None: no bound).
     """
 
     name: str
@@ -195,19 +200,26 @@ class TypeSpec:
     partition_key: str | None
     lateness_us: int
     defaults: dict[str, Any] = field(default_factory=dict)
+    interval: bool = False
+    max_duration_us: int | None = None
     checks: list[tuple[str, Callable[[Any], Any]]] = field(init=False)
 
     def __post_init__(self) -> None:
         self.checks = [(a, CHECKERS[k]) for a, k in self.attributes.items()]
 
 
-def validate_event(raw: Any, types: Mapping[str, TypeSpec]) -> tuple[TypeSpec, int | None, int, dict[str, Any]]:
-    """Check one raw event; return ``(type, id or None, ts_us, attrs)``.
+def validate_event(
+    raw: Any, types: Mapping[str, TypeSpec]
+) -> tuple[TypeSpec, int | None, int, dict[str, Any], int]:
+    """Check one raw event; return ``(type, id or None, ts_us, attrs, ts_end_us)``.
+
+    ``ts_end_us`` is ``ts_us`` for an event of a point type; an event of an interval type needs
+    ``ts_end`` (same forms as ``ts``) after ``ts`` and no longer than the type's maximum duration.
 
     Raises
     ------
     EventInvalid
-        With the field (``type``, ``ts``, ``id``, ``attrs.<name>``) and the reason.
+        With the field (``type``, ``ts``, ``ts_end``, ``id``, ``attrs.<name>``) and the reason.
     """
     if type(raw) is not dict:
         raise EventInvalid("", f"an event must be a JSON object, not {_kind(raw)}")
@@ -225,19 +237,38 @@ def validate_event(raw: Any, types: Mapping[str, TypeSpec]) -> tuple[TypeSpec, i
         raise EventInvalid("ts", str(e)) from None
     if ts is None:
         raise EventInvalid("ts", "is required")
+    ts_end = ts
+    if spec.interval:
+        try:
+            end = parse_ts(raw.get("ts_end")) if "ts_end" in raw else None
+        except ValueError as e:
+            raise EventInvalid("ts_end", str(e)) from None
+        if end is None:
+            raise EventInvalid("ts_end", f"is required by interval type {spec.name}")
+        if end <= ts:
+            raise EventInvalid("ts_end", f"must be after ts (an interval event of type {spec.name} needs ts_end > ts)")
+        if spec.max_duration_us is not None and end - ts > spec.max_duration_us:
+            raise EventInvalid(
+                "ts_end",
+                f"the event lasts {end - ts} us, longer than type {spec.name}'s max_duration "
+                f"({spec.max_duration_us} us)",
+            )
+        ts_end = end
+    elif "ts_end" in raw:
+        raise EventInvalid("ts_end", f"type {spec.name} is a point type (register it with \"interval\": true)")
     eid = raw.get("id")
     if eid is not None and (type(eid) is not int or not 0 <= eid <= INT64_MAX):
         raise EventInvalid("id", "must be an integer in [0, 2^63)")
     attrs = raw.get("attrs")
     if attrs is None:  # flat form: the attributes are the other keys
         attrs, prefix = raw, ""
-        n_other = len(raw) - 2 - ("id" in raw) - ("attrs" in raw)
+        n_other = len(raw) - 2 - ("id" in raw) - ("attrs" in raw) - ("ts_end" in raw)
     elif type(attrs) is not dict:
         raise EventInvalid("attrs", f"must be an object, not {_kind(attrs)}")
     else:
         prefix = "attrs."
         n_other = len(attrs)
-        if len(raw) != 3 + ("id" in raw):
+        if len(raw) != 3 + ("id" in raw) + ("ts_end" in raw):
             extra = sorted(k for k in raw if k not in HEADER_KEYS)
             raise EventInvalid(extra[0], "unknown field next to 'attrs' (put attributes inside 'attrs')")
     out: dict[str, Any] = {}
@@ -262,4 +293,4 @@ def validate_event(raw: Any, types: Mapping[str, TypeSpec]) -> tuple[TypeSpec, i
     if n_other != known:
         extra = sorted(k for k in attrs if k not in out and (prefix or k not in HEADER_KEYS))
         raise EventInvalid(prefix + extra[0], f"unknown attribute of type {spec.name}")
-    return spec, eid, ts, out
+    return spec, eid, ts, out, ts_end

@@ -38,6 +38,7 @@ from engine.live_archived.counters import quantile
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.match import Match
 from engine.matcher import LateEventError
+from engine.plugins.api import PluginError
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,11 @@ class ArchiveLookups:
             started = time.perf_counter()
             try:
                 results = work.run()
+            except PluginError as err:  # a plug-in the query names misbehaved: retrying cannot help
+                owner.failed = str(err)
+                log.error("live-and-archived query %s failed and stops matching: %s", owner.name, err)
+                owner.finished(parts, [])
+                return
             except Exception:  # Spark failed (e.g. a lost executor): retry, the instances wait
                 owner.errors += 1
                 log.exception("archive request of query %s failed; retrying in %.1f s", owner.name, delay)
@@ -156,10 +162,14 @@ class LiveArchivedWorker:
         """Held while the runner works (it may wait for Spark there: ALAA, OLLAA's statistics)."""
         self.counts = threading.Lock()
         """Guards ``in_flight`` and ``backlog``: never held across a wait, so ingest never waits."""
-        self._last_stats: dict[str, Any] = {}
+        zero = {"p50": 0.0, "p99": 0.0}
+        self._last_stats: dict[str, Any] = {**self.runner.stats(), "delay_ms": {"n": 0, "event": zero, "wall": zero}}
+        """What :meth:`stats` answers while the runner is busy (complete from the start: readers index every key)."""
         self._last_resume: int | None = None
         self.stopped = False
         self.errors = 0
+        self.failed: str | None = None
+        """Why the query stopped matching: a plug-in it names misbehaved (issue 16)."""
         self.late = 0
         self.merged = 0
         """Deferred requests answered together with another one (SLLAA subwindows merged under load)."""
@@ -174,11 +184,15 @@ class LiveArchivedWorker:
 
     # ------------------------------------------------------------------ called by ingest (under its lock)
 
-    def offer(self, events: list[Event], watermark_us: int | None) -> None:
-        """Hand over accepted events (already archived) and the query's watermark; never waits."""
+    def offer(self, events: list[Event], watermark_us: int | None, *, offered_at: float | None = None) -> None:
+        """Hand over accepted events (already archived) and the query's watermark; never waits.
+
+        ``offered_at``: when ingest handed them over (wall seconds, default now), the start of
+        ``close_to_commit_ms`` for the requests they close.
+        """
         with self.counts:
             self.backlog += len(events)
-        self.queue.put((events, watermark_us, time.time()))
+        self.queue.put((events, watermark_us, time.time() if offered_at is None else offered_at))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the worker's thread once everything offered before it is matched."""
@@ -205,6 +219,10 @@ class LiveArchivedWorker:
             events, watermark, self._offered_at = item
             out: list[Match] = []
             started = time.thread_time()
+            if self.failed is not None:  # a plug-in failed before: the query matches no more
+                with self.counts:
+                    self.backlog -= len(events)
+                continue
             try:
                 with self.guard:
                     for e in events:
@@ -216,6 +234,9 @@ class LiveArchivedWorker:
                         due = runner.next_deadline()
                         if due is not None and due <= watermark:
                             out += runner.advance(watermark)
+            except PluginError as err:
+                self.failed = str(err)
+                log.error("live-and-archived query %s failed and stops matching: %s", self.name, err)
             except Exception:
                 log.exception("live-and-archived query %s failed on %d events", self.name, len(events))
             self.cpu_s += time.thread_time() - started
@@ -292,6 +313,7 @@ class LiveArchivedWorker:
                 "in_flight_instances": sum(len(w.instances) for w in self.in_flight.values()),
                 "errors": self.errors,
                 "worker_late": self.late,
+                **({"failed": self.failed} if self.failed is not None else {}),
                 "cpu_s": round(self.cpu_s, 6),
                 "requests_merged": self.merged,
                 "close_to_commit_ms": _pcts([x * 1_000 for x in self.close_to_commit_s]),

@@ -31,6 +31,8 @@ class Found:
 
     query_id: int
     match: Match
+    version: int | None = None
+    """The query's version when it found the match (alerts carry it)."""
 
 
 def dedup_key(events: dict[str, list[int]]) -> str:
@@ -50,20 +52,28 @@ def _json_safe(value: Any) -> Any:
 
 def alert_values(found: Found, now_us: int) -> dict[str, Any]:
     """The ``alerts`` row of a live match."""
-    return doc_values(found.query_id, found.match.to_json(), now_us)
+    values = doc_values(found.query_id, found.match.to_json(), now_us)
+    values["query_version"] = found.version
+    return values
 
 
 def doc_values(query_id: int, doc: dict[str, Any], now_us: int) -> dict[str, Any]:
     """The ``alerts`` row of a match given as its JSON object (``Match.to_json()``, e.g. a backfill result)."""
     events = dict(doc["events"])
+    fields = {k: _json_safe(v) for k, v in doc["fields"].items()}
+    if any(events.values()):
+        key = dedup_key(events)
+    else:  # a window result (AGGREGATE) names no events: its window and group identify it
+        key = dedup_key({"window": [doc["start"], doc["end"]], "fields": fields})  # type: ignore[dict-item]
     return {
         "query_id": query_id,
-        "dedup_key": dedup_key(events),
+        "dedup_key": key,
         "events": events,
-        "fields": {k: _json_safe(v) for k, v in doc["fields"].items()},
+        "fields": fields,
         "start_us": doc["start"],
         "end_us": doc["end"],
         "created_at_us": now_us,
+        "query_version": None,
     }
 
 

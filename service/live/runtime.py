@@ -45,20 +45,24 @@ import orjson
 from sqlalchemy import update
 from sqlalchemy.orm import Session, sessionmaker
 
-from engine.detector import DEFAULT_TOLERANCE_US, Detector, Statement, make_detector
+from engine.compiler import CompiledQuery
+from engine.detector import DEFAULT_TOLERANCE_US, Detector, RuleStatement, Statement, make_detector
 from engine.events import Event
 from engine.limits import QueryLimits
 from engine.live_archived.base import ArchiveWork
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import ArchiveSource
 from engine.match import Match
-from engine.matcher import LateEventError
 from engine.options import Algorithm, PmPolicy
 from engine.pm.store import PartialMatchStore
+from engine.rules.filters import CompiledFilter
+from engine.rules.graph import RuleGraph
+from engine.rules.index import RuleIndex
 from service.core.metrics import Metrics
 from service.db.models import QueryRow
 from service.db.session import now_us, transaction
 from service.live.events import EventInvalid, TypeSpec, validate_event
+from service.live.la_process import ChildSpec, ProcessWorker
 from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 from service.live.outbox import Found, record_alerts
 from service.schemas.common import iso
@@ -101,9 +105,9 @@ class LiveQuery:
 
     id: int
     name: str
-    compiled: Statement
+    compiled: Statement | RuleStatement
     detector: Detector | None
-    worker: LiveArchivedWorker | None
+    worker: LiveArchivedWorker | ProcessWorker | None
     max_lateness_us: int
     active_since_us: int
     options: RunOptions
@@ -114,6 +118,16 @@ class LiveQuery:
     """Totals recorded before this start (kept across restarts and pauses)."""
     offset: dict[str, float] = field(default_factory=dict)
     """What the restart replay counted again: left out of the totals."""
+    node: Any = None
+    """Its node in the runtime's rule graph (every statement but a live-and-archived one)."""
+    saved_mark: tuple[float, int, int] | None = None
+    """(CPU seconds, results, events) of its graph node at the last checkpoint."""
+    saved: dict[str, Any] | None = None
+    """What the last checkpoint wrote to its row (not written again while unchanged)."""
+    version: int = 1
+    failed: str | None = None
+    """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
+    until it is updated or the service restarts, and the other queries go on."""
 
     def counts(self) -> dict[str, float]:
         """The counters that add up across restarts, since this start."""
@@ -148,8 +162,17 @@ class LiveQuery:
         """The detector's counters (a live-and-archived query's include the worker's)."""
         if self.worker is not None:
             return self.worker.stats()
+        if isinstance(self.compiled, CompiledFilter):
+            f = self.compiled.stats()
+            return {"events": f["kept"] + f["dropped"], "late": 0, "emitted": f["dropped"], "filter": f, "cpu_s": 0.0}
         assert self.detector is not None
-        return {**self.detector.stats(), "cpu_s": round(self.cpu_s, 6)}
+        cpu = self.node.cpu_s if self.node is not None else self.cpu_s
+        d = {**self.detector.stats(), "cpu_s": round(cpu, 6)}
+        if self.node is not None:
+            d["results"] = self.node.results
+        if self.failed is not None:
+            d["failed"] = self.failed
+        return d
 
 
 @dataclass(slots=True)
@@ -166,6 +189,8 @@ class IngestResult:
     ids: list[int] = field(default_factory=list)
     rejections: list[dict[str, Any]] = field(default_factory=list)
     query_late: list[dict[str, Any]] = field(default_factory=list)
+    query_errors: list[dict[str, Any]] = field(default_factory=list)
+    """``{"index", "query", "reason"}``: a query a plug-in failed on this event (the query is marked failed)."""
     duplicates: list[int] = field(default_factory=list)
     conflicts: int = 0
     matches: int = 0
@@ -210,8 +235,12 @@ class LiveRuntime:
         idle_timeout_s: float = 60.0,
         dedup_window: int = 200_000,
         limits: QueryLimits | None = None,
+        replay_max_us: int = 7 * 86_400_000_000,
+        la_process: bool = False,
     ) -> None:
         self.sessions = sessions
+        self.la_process = la_process
+        """Run each live-and-archived query in a process of its own (``LACE_LA_PROCESS``)."""
         self.metrics = metrics
         self.archive = archive
         self.max_reported = max_reported
@@ -232,10 +261,17 @@ class LiveRuntime:
         self.idle_timeout_s = idle_timeout_s
         self.dedup_window = dedup_window
         self.limits = limits or QueryLimits()
+        self.replay_max_us = replay_max_us
         self.recent_ids: OrderedDict[int, bytes] = OrderedDict()
         """The last ``dedup_window`` producer ids -> digest of the event's content."""
         self.on_deliveries: Callable[[], None] | None = None
+        self.graph = RuleGraph(auto_advance=False, measure_cpu=True, next_id=self._next_id, router=RuleIndex())
+        """Every statement but the live-and-archived ones: filters first, derived streams between (003)."""
+        self.graph.keep_derived = True
+        self.emitters: dict[str, set[int]] = {}
+        """Derived event type -> the queries that EMIT INTO it."""
         self._last_id = 0
+        self._replaying = False
         self._unsaved: list[Found] = []
         metrics.on_collect(self._refresh_gauges)
 
@@ -255,10 +291,11 @@ class LiveRuntime:
         *,
         query_id: int,
         name: str,
-        compiled: Statement,
+        compiled: Statement | RuleStatement,
         active_since_us: int,
         options: RunOptions | None = None,
         totals: dict[str, float] | None = None,
+        version: int = 1,
     ) -> LiveQuery:
         """Start (or restart, dropping its state) a query: a matcher, or a live-and-archived worker.
 
@@ -282,7 +319,7 @@ class LiveRuntime:
                 "pm_query_id": f"q{query_id}",
             }
             detector: Detector | None = None
-            worker: LiveArchivedWorker | None = None
+            worker: LiveArchivedWorker | ProcessWorker | None = None
             if isinstance(compiled, LiveArchivedPlan):
                 if self.source is None:
                     raise ValueError("live-and-archived queries need the archive (LACE_ARCHIVE_ENABLED)")
@@ -300,17 +337,34 @@ class LiveRuntime:
                     )
 
                 self.warm_source()
-                worker = LiveArchivedWorker(
-                    query_id=query_id,
-                    name=name,
-                    plan=compiled,
-                    make_runner=runner,
-                    lookups=self.lookups,
-                    record=self.record_results,
-                    lateness_us=max_lateness,
-                )
-            else:
+                if self.la_process and hasattr(source, "extract_table"):  # its own process (la_process.py)
+                    worker = ProcessWorker(
+                        spec=ChildSpec(
+                            query_id=query_id, name=name, ast=compiled.ast,
+                            schemas={t: dict(s.attributes) for t, s in self.types.items()},
+                            algorithm=opts.algorithm or Algorithm.sllaa, tolerance_us=opts.tolerance_us or 0,
+                            allowed_lateness_us=lateness, lateness_us=max_lateness,
+                            pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
+                            pm_store_url=getattr(self.pm_store, "url", None),
+                            lookup_workers=self.lookups.pool._max_workers, log_level=logging.getLogger().level,
+                        ),
+                        plan=compiled, source=source, spark_pool=self.lookups.pool, record=self.record_results,
+                        observe=self.metrics.archive_request_seconds.observe,
+                    )
+                else:
+                    worker = LiveArchivedWorker(
+                        query_id=query_id,
+                        name=name,
+                        plan=compiled,
+                        make_runner=runner,
+                        lookups=self.lookups,
+                        record=self.record_results,
+                        lateness_us=max_lateness,
+                    )
+            elif isinstance(compiled, CompiledQuery):
                 detector = make_detector(compiled, storage="chain", allowed_lateness_us=lateness, **common)
+            elif not isinstance(compiled, CompiledFilter):
+                detector = compiled.make_detector(lateness)
             lq = LiveQuery(
                 id=query_id,
                 name=name,
@@ -321,11 +375,69 @@ class LiveRuntime:
                 active_since_us=active_since_us,
                 options=opts,
                 base=dict(totals or {}),
+                version=version,
             )
+            if worker is None:
+                self.graph.add(str(query_id), compiled, detector)
+                lq.node = self.graph.nodes.get(str(query_id))
+            emit = compiled.emit_into
+            if emit is not None:
+                self.emitters.setdefault(emit, set()).add(query_id)
             self.queries[query_id] = lq
             for t in types:
                 self.by_type.setdefault(t, []).append(lq)
             return lq
+
+    def warm_query(self, query_id: int, *, emit_history: bool = False) -> dict[str, int]:
+        """Rebuild a just-started statement's state from the archive over its span (``state=warm``, issue 14).
+
+        Reads the statement's types from the archive (Delta and the recent buffer) from ``newest ts - span
+        - lateness`` (span: WITHIN or the window size; ``replay_max_us`` without one), feeds them to its
+        detector alone and advances it to the current watermark, so it behaves as if it had always run.
+        What that history completes is dropped, or recorded as alerts with ``emit_history`` (an EMIT INTO
+        statement's history is never re-emitted: its readers saw it live). Call under the lock, right
+        after :meth:`start_query`.
+
+        Returns
+        -------
+        dict
+            ``{"events": history events fed, "results": results they completed, "alerts": recorded}``.
+
+        Raises
+        ------
+        ValueError
+            For a live-and-archived query (it reads the archive itself) or without an archive.
+        """
+        lq = self.queries[query_id]
+        if lq.node is None:
+            raise ValueError("state=warm applies to statements of the rule graph, not to live-and-archived queries")
+        if self.archive is None:
+            raise ValueError("state=warm needs the archive (LACE_ARCHIVE_ENABLED=true)")
+        types = lq.compiled.stream_types
+        tops = [self.type_max[t] for t in types if t in self.type_max]
+        if not tops:
+            return {"events": 0, "results": 0, "alerts": 0}
+        span = getattr(lq.compiled, "window_us", None) or self.replay_max_us
+        since = max(tops) - min(span + lq.max_lateness_us, self.replay_max_us)
+        from service.live.replay import read_tail
+
+        seen: dict[int, Event] = {}
+        for t in sorted(types):
+            spec = self.types.get(t)
+            if spec is None:
+                continue
+            for _, e, _ in read_tail(self.archive.root, spec, since):
+                seen[e.id] = e
+        for e in self.archive.buffer.events([t for t in types if t in self.types]):
+            if e.ts >= since:
+                seen.setdefault(e.id, e)
+        history = sorted(seen.values(), key=lambda e: (e.ts, e.id))
+        wm = self._types_watermark(frozenset(t for t in types if t not in self.emitters))
+        results = self.graph.warm(str(query_id), history, wm)
+        alerts = 0
+        if emit_history and results and lq.compiled.emit_into is None:
+            alerts = self._save([Found(query_id, m, lq.version) for m in results])
+        return {"events": len(history), "results": len(results), "alerts": alerts}
 
     def warm_source(self) -> None:
         """Start the archive source (Spark) on a background thread, once: registering a query never waits."""
@@ -359,6 +471,13 @@ class LiveRuntime:
                     self.by_type.pop(t, None)
             if lq.worker is not None:
                 lq.worker.stop()
+            else:
+                self.graph.remove(str(query_id))
+            emit = lq.compiled.emit_into
+            if emit is not None:
+                self.emitters.get(emit, set()).discard(query_id)
+                if not self.emitters.get(emit):
+                    self.emitters.pop(emit, None)
             if self.pm_store is not None:
                 try:
                     self.pm_store.clear(f"q{query_id}")  # its spilled partial matches
@@ -416,13 +535,13 @@ class LiveRuntime:
             now = now_us()
             for i, (raw, line) in enumerate(items):
                 try:
-                    spec, eid, ts, attrs = validate_event(raw, self.types)
+                    spec, eid, start, attrs, ts = validate_event(raw, self.types)  # ts: the watermark's time
                 except EventInvalid as e:
                     self._reject(res, i, line, e.field, e.reason, "invalid")
                     continue
                 digest = b""
                 if eid is not None:  # before the time checks: a retry of an acknowledged event is late by nature
-                    digest = content_digest(spec.name, ts, attrs)
+                    digest = content_digest(spec.name, start, attrs if ts == start else {**attrs, "ts_end": ts})
                     known = staged.get(eid) or self.recent_ids.get(eid)
                     if known is not None:
                         if known == digest:
@@ -449,12 +568,22 @@ class LiveRuntime:
                     )
                     self._reject(res, i, line, "ts", reason, "future")
                     continue
+                if spec.name in self.emitters:
+                    who = ", ".join(sorted(self.queries[q].name for q in self.emitters[spec.name]))
+                    reason = f"'{spec.name}' is a derived event type (EMIT INTO of {who}); it cannot be ingested"
+                    self._reject(res, i, line, "type", reason, "invalid")
+                    continue
+                event = Event(eid or 0, spec.name, start, attrs, ts)  # ts: ts_end (= start for a point type)
+                if self.graph.filters:
+                    dropped = self.graph.filter(event)
+                    if dropped is not None:
+                        self._reject(res, i, line, "", dropped, "filtered")
+                        continue
                 if eid is None:
                     pending_ids.append(len(accepted))
-                    eid = 0
                 else:
                     staged[eid] = digest
-                accepted.append(Event(eid, spec.name, ts, attrs))
+                accepted.append(event)
                 index.append(i)
                 if top is None or ts > top:
                     seen[spec.name] = ts
@@ -491,19 +620,7 @@ class LiveRuntime:
         The minimum over its types of ``max_seen[T] - lateness(T)``, minus 1 us; types idle for
         ``idle_timeout_s`` (wall clock) do not hold it back; when every type is idle, the largest.
         """
-        active: list[int] = []
-        idle: list[int] = []
-        now = time.monotonic()
-        for t in lq.compiled.stream_types:
-            top = self.type_max.get(t)
-            if top is None:
-                continue
-            spec = self.types.get(t)
-            wm = top - (spec.lateness_us if spec is not None else 0)
-            (idle if now - self.type_wall.get(t, 0.0) > self.idle_timeout_s else active).append(wm)
-        if active:
-            return min(active) - 1
-        return max(idle) - 1 if idle else None
+        return self._types_watermark(lq.compiled.stream_types)
 
     def tick(self) -> None:
         """Advance queries by their watermarks while nothing arrives (idle streams); call every second."""
@@ -536,29 +653,15 @@ class LiveRuntime:
 
     def _push(self, events: list[Event], index: list[int] | None, res: IngestResult | None) -> list[Found]:
         found: list[Found] = []
-        by_type = self.by_type
         if self.workers_active():
             self._offer(events)
-        # query by query (they are independent), so each query's CPU time is measured
-        wanted = {lq.id: lq for t in {e.type for e in events} for lq in by_type.get(t, ()) if lq.detector}
-        for lq in wanted.values():
-            detector = lq.detector
-            assert detector is not None
-            types = lq.compiled.stream_types
-            started = time.thread_time()
-            for k, e in enumerate(events):
-                if e.type not in types:
-                    continue
-                try:
-                    ms = detector.push(e)
-                except LateEventError as err:
-                    self.metrics.events_late.inc()
-                    if res is not None and index is not None and len(res.query_late) < self.max_reported:
-                        res.query_late.append({"index": index[k], "query": lq.name, "reason": err.reason})
-                    continue
-                if ms:
-                    found.extend(Found(lq.id, m) for m in ms)
-            lq.cpu_s += time.thread_time() - started
+        graph = self.graph
+        if graph.nodes:
+            found.extend(Found(int(name), m) for name, m in graph.push_batch(events))
+            if graph.late_events:
+                self._query_late(graph, events, index, res)
+            if graph.plugin_errors:
+                self._plugin_failed(graph, events, index, res)
         found.extend(self._advance())
         per_query: dict[int, int] = {}
         for f in found:
@@ -568,19 +671,77 @@ class LiveRuntime:
             self.metrics.matches.labels(live.name if live else str(qid)).inc(n)
         return found
 
+    def _query_late(
+        self, graph: RuleGraph, events: list[Event], index: list[int] | None, res: IngestResult | None
+    ) -> None:
+        where = {id(e): k for k, e in enumerate(events)}
+        for name, event, reason in graph.late_events:
+            self.metrics.events_late.inc()
+            k = where.get(id(event))
+            if res is not None and index is not None and k is not None and len(res.query_late) < self.max_reported:
+                lq = self.queries.get(int(name))
+                res.query_late.append({"index": index[k], "query": lq.name if lq else name, "reason": reason})
+        graph.take_late()
+
+    def _plugin_failed(
+        self, graph: RuleGraph, events: list[Event] | None, index: list[int] | None, res: IngestResult | None
+    ) -> None:
+        """Mark the queries a plug-in failed on (issue 16): they stop matching, the ingest and the others go on."""
+        where = {id(e): k for k, e in enumerate(events or ())}
+        for name, event, reason in graph.take_plugin_errors():
+            lq = self.queries.get(int(name))
+            if lq is not None and lq.failed is None:
+                lq.failed = reason
+                log.error("query %s failed and stops matching: %s", lq.name, reason)
+            k = where.get(id(event)) if event is not None else None
+            if res is not None and index is not None and k is not None and len(res.query_errors) < self.max_reported:
+                res.query_errors.append({"index": index[k], "query": lq.name if lq else name, "reason": reason})
+
+    def _types_watermark(self, types: frozenset[str]) -> int | None:
+        """No event of ``types`` with ts <= this will be accepted (None: none yet); see :meth:`query_watermark`."""
+        active: list[int] = []
+        idle: list[int] = []
+        now = time.monotonic()
+        for t in types:
+            top = self.type_max.get(t)
+            if top is None:
+                continue
+            spec = self.types.get(t)
+            wm = top - (spec.lateness_us if spec is not None else 0)
+            (idle if now - self.type_wall.get(t, 0.0) > self.idle_timeout_s else active).append(wm)
+        if active:
+            return min(active) - 1
+        return max(idle) - 1 if idle else None
+
     def _advance(self) -> list[Found]:
-        out: list[Found] = []
-        for lq in self.queries.values():
-            d = lq.detector
-            if d is None:
-                continue
-            wm = self.query_watermark(lq)
-            if wm is None:
-                continue
-            due = d.next_deadline()
-            if due is not None and due <= wm:
-                out.extend(Found(lq.id, x) for x in d.advance(wm))
+        graph = self.graph
+        if not graph.nodes:
+            return []
+        tops = [wm for t in self.type_max if (wm := self._types_watermark(frozenset({t}))) is not None]
+        if not tops:
+            return []
+        out = [Found(int(name), m) for name, m in graph.advance(max(tops), self._types_watermark)]
+        if graph.plugin_errors:
+            self._plugin_failed(graph, None, None, None)
+        self._derived()
         return out
+
+    def _derived(self) -> None:
+        """Archive the derived events the graph emitted (EMIT INTO) and hand them to live-and-archived workers."""
+        items = self.graph.take_derived()
+        if not items:
+            return
+        events = [e for _, e in items]
+        if self.archive is not None and not self._replaying:
+            self.archive.append(events)
+        for e in events:
+            top = self.type_max.get(e.type)
+            if top is None or e.ts > top:
+                self.type_max[e.type] = e.ts
+            self.type_wall[e.type] = time.monotonic()
+        self.metrics.events_derived.inc(len(events))
+        if self.workers_active():
+            self._offer(events)
 
     # ------------------------------------------------------------------ live-and-archived queries
 
@@ -611,7 +772,8 @@ class LiveRuntime:
         """
         if query_id not in self.queries:
             return
-        found = [Found(query_id, m) for m in matches]
+        lq = self.queries.get(query_id)
+        found = [Found(query_id, m, lq.version if lq else None) for m in matches]
         with transaction(self.sessions) as session:
             alerts, deliveries = record_alerts(session, found, now_us=now_us())
         lq = self.queries.get(query_id)
@@ -629,21 +791,38 @@ class LiveRuntime:
             return
         rows: list[tuple[int, dict[str, Any]]] = []
         for lq in queries:
+            node = lq.node
+            if node is not None:
+                mark = (node.cpu_s, node.results, len(node.inbox))  # CPU time moves whenever an event reaches it
+                if mark == lq.saved_mark:
+                    continue  # nothing reached it since the last checkpoint: its totals are as written
+                lq.saved_mark = mark
             values: dict[str, Any] = {"counters": lq.totals()}
             if lq.worker is not None:
                 resume = lq.worker.resume_from_us()
                 if resume is not None:
                     values["resume_from_us"] = resume
+            if values == lq.saved:
+                continue  # unchanged since the last checkpoint (with thousands of statements, most are)
             rows.append((lq.id, values))
+        if not rows:
+            return
         with transaction(self.sessions) as session:
             for qid, values in rows:
                 session.execute(update(QueryRow).where(QueryRow.id == qid).values(**values))
+        for qid, values in rows:
+            lq_saved = self.queries.get(qid)
+            if lq_saved is not None:
+                lq_saved.saved = values
 
     def _save(self, found: list[Found]) -> int:
         """Record alerts + outbox in one transaction; keep them for the next try if the database fails."""
         batch = [f for f in self._unsaved if f.query_id in self.queries] + found  # a deleted query's are dropped
         if not batch:
             return 0
+        for f in batch:
+            if f.version is None:
+                f.version = self.queries[f.query_id].version if f.query_id in self.queries else None
         try:
             with transaction(self.sessions) as session:
                 alerts, deliveries = record_alerts(session, batch, now_us=now_us())
@@ -681,29 +860,44 @@ class LiveRuntime:
             for e, ingested_at in rows:
                 n += 1
                 top = self.type_max.get(e.type)
-                if top is None or e.ts > top:
-                    self.type_max[e.type] = e.ts
+                if top is None or e.ts_end > top:
+                    self.type_max[e.type] = e.ts_end
                 self.type_wall[e.type] = wall
-                self.recent_ids[e.id] = content_digest(e.type, e.ts, e.attrs)
+                attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
+                self.recent_ids[e.id] = content_digest(e.type, e.ts, attrs)
                 self._last_id = max(self._last_id, e.id)
+                if e.type in self.emitters:
+                    continue  # a derived event: the statements derive it again from what they replay
+                graph_wanted = False
                 for lq in self.by_type.get(e.type, ()):
                     if ingested_at <= lq.active_since_us:
                         continue
                     if lq.worker is not None:
                         handed.setdefault(lq.id, []).append(e)
+                    else:
+                        graph_wanted = True
+                if graph_wanted:
+                    if self.graph.filter(e) is not None:
                         continue
-                    assert lq.detector is not None
-                    try:
-                        ms = lq.detector.push(e)
-                    except LateEventError:
-                        continue
-                    found.extend(Found(lq.id, m) for m in ms)
+
+                    def saw(name: str, at: int = ingested_at) -> bool:
+                        q = self.queries.get(int(name))
+                        return q is not None and at > q.active_since_us
+
+                    found.extend(Found(int(name), m) for name, m in self.graph.push(e, saw))
+                    self.graph.take_late()
+                    if self.graph.plugin_errors:
+                        self._plugin_failed(self.graph, None, None, None)
             self._remember({})
             for qid, events in handed.items():
                 worker = self.queries[qid].worker
                 assert worker is not None
                 worker.offer(events, None)
-            found.extend(self._advance())
+            self._replaying = True
+            try:
+                found.extend(self._advance())
+            finally:
+                self._replaying = False
             self._offer([])
             for lq in self.queries.values():  # what the replay counts again was counted before the restart
                 if lq.worker is None:

@@ -20,6 +20,9 @@ class EventIn(BaseModel):
 
     type: str
     ts: str | int | float = Field(description="ISO-8601 with offset, or epoch milliseconds")
+    ts_end: str | int | float | None = Field(
+        None, description="Events of an interval type only (issue 15): the end, after ts, same forms as ts"
+    )
     id: int | None = Field(None, description="int64; assigned at ingest when absent")
     attrs: dict[str, Any] | None = None
 
@@ -45,6 +48,9 @@ class IngestResponse(BaseModel):
     ids: list[int]
     rejections: list[Rejection]
     query_late: list[QueryLate] = []
+    query_errors: list[QueryLate] = Field(
+        [], description="queries a plug-in failed on for this event: the query is marked failed, the event is taken"
+    )
     duplicates: list[int] = Field(
         [], description="producer ids already ingested with the same content: acknowledged again, not taken twice"
     )
@@ -55,6 +61,7 @@ class IngestResponse(BaseModel):
 class AlertPublic(BaseModel):
     id: int
     query_id: int
+    query_version: int | None = Field(None, description="the version of the query that found it (PUT makes a new one)")
     events: dict[str, list[int]] = Field(description="variable -> event ids")
     start: str
     end: str

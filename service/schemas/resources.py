@@ -73,6 +73,21 @@ class EventTypeCreate(_In):
         description="Optional attributes and the value an event without one (or with null) gets; null: it stays "
         "missing. Attributes not listed are required.",
     )
+    interval: bool = Field(
+        False,
+        description="An interval type (issue 15): each event carries ts_end after ts; queries see v.ts_end, "
+        "v.duration and Allen's relations; its watermark runs on ts_end.",
+    )
+    max_duration_ms: Annotated[int, Field(gt=0)] | None = Field(
+        None, description="Interval types only: the longest event accepted (ts_end - ts), ms; bounds query state."
+    )
+
+    @field_validator("max_duration_ms")
+    @classmethod
+    def _duration_needs_interval(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and not info.data.get("interval"):
+            raise ValueError("max_duration_ms applies to interval types: set \"interval\": true")
+        return value
 
     @field_validator("partition_key")
     @classmethod
@@ -118,6 +133,8 @@ class EventTypePublic(BaseModel):
     partition_key: str | None
     defaults: dict[str, Any] = Field({}, description="Optional attributes -> default (null: missing)")
     allowed_lateness_ms: float
+    interval: bool = False
+    max_duration_ms: float | None = None
     created_at: str
     updated_at: str
 
@@ -172,6 +189,27 @@ class QueryUpdate(QueryOptions):
     text: QueryText
 
 
+class RuleGraphNode(BaseModel):
+    """One statement in the rule graph."""
+
+    id: int
+    name: str
+    kind: str
+    state: str
+    reads: list[str]
+    emits: str | None
+
+
+class RuleGraphPublic(BaseModel):
+    """Which statement reads and emits which event type (``GET /queries/graph``)."""
+
+    statements: list[RuleGraphNode]
+    derived_types: dict[str, list[str]] = Field(description="Derived event type -> the statements emitting it.")
+    edges: list[tuple[str, str]] = Field(
+        description="(emitting statement, reading statement) pairs: the flow of derived events."
+    )
+
+
 class Delays(BaseModel):
     """Result delay percentiles of a live-and-archived query: result emitted minus live instance completed."""
 
@@ -224,6 +262,9 @@ class QueryStats(BaseModel):
     misses: int = 0
     cpu_s: float = Field(0.0, description="CPU seconds spent matching since the query started (its live side)")
     live_archived: LiveArchivedStats | None = None
+    failed: str | None = Field(
+        None, description="why the query stopped matching: a plug-in it uses misbehaved (update the query to restart)"
+    )
 
 
 class QueryPublic(BaseModel):
@@ -231,8 +272,12 @@ class QueryPublic(BaseModel):
     name: str
     text: str
     state: Literal["active", "paused"]
-    kind: Literal["live", "live_archived"]
-    types: list[str]
+    kind: Literal["live", "live_archived", "filter", "aggregate", "interval"] = Field(
+        description="live: a pattern query; live_archived: LIVE ... ARCHIVED ...; filter: FILTER rule; "
+        "aggregate: AGGREGATE ... WINDOW continuous query; interval: INTERVAL derivation (layered rules, 003)."
+    )
+    types: list[str] = Field(description="The event types it reads.")
+    emits: str | None = Field(None, description="The derived event type of its EMIT INTO (None: it ends in alerts).")
     window_ms: float | None
     algorithm: str | None = None
     tolerance_ms: float | None = None
@@ -243,6 +288,11 @@ class QueryPublic(BaseModel):
     created_at: str
     updated_at: str
     stats: QueryStats | None = None
+    warm: dict[str, int] | None = Field(
+        None,
+        description="After ?state=warm: history events fed from the archive, results they completed, and "
+        "alerts recorded for them (emit_history=true).",
+    )
     totals: dict[str, float] = Field(
         {},
         description="Counters since the query was created or last updated (events, late, matches, cpu_s; "

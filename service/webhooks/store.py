@@ -152,7 +152,7 @@ def alert_payload(a: AlertRow, query_name: str) -> dict[str, Any]:
 
     return {
         "alert_id": a.id,
-        "query": {"id": a.query_id, "name": query_name},
+        "query": {"id": a.query_id, "name": query_name, "version": a.query_version},
         "events": a.events,
         "start": iso(a.start_us),
         "end": iso(a.end_us),

@@ -124,3 +124,30 @@ def test_date_of_timestamps_past_2_53_us_and_before_1970_is_exact() -> None:
     assert with_date(table).column("date").to_pylist() == [
         "0001-01-01", "1969-12-31", "1970-01-01", "1970-01-01", "9999-12-31", "2255-06-05",
     ]
+
+
+# ------------------------------------------------------------------ interval types (issue 15)
+
+EPISODE = EventType("episode", {"key": "string", "low": "float"}, key="key", interval=True)
+
+
+def test_interval_types_store_ts_end_and_round_trip(tmp_path) -> None:
+    assert EPISODE.record_schema().names == ["id", "ts", "ts_end", "key", "low", "ingested_at"]
+    events = [Event(1, "episode", 0, {"key": "a", "low": 3.5}, 600_000_000), Event(2, "episode", 5, {"key": "b"}, 6)]
+    rec = events_to_record(EPISODE, events, ingested_at_us=5)
+    back = output_to_events(record_to_output(EPISODE, rec))
+    assert back == events and [e.ts_end for e in back] == [600_000_000, 6]
+    # a point type next to it in one extract: its events get a null ts_end, read back as point events
+    points = record_to_output(T, events_to_record(T, [Event(3, "traffic", 7, {"key": "c"})], ingested_at_us=5))
+    assert "ts_end" not in points.column_names
+    save_catalog(tmp_path, {"episode": EPISODE, "traffic": T})
+    assert load_catalog(tmp_path) == {"episode": EPISODE, "traffic": T}
+
+
+def test_an_interval_type_cannot_become_a_point_type_and_needs_ts_end() -> None:
+    with pytest.raises(SchemaError, match="interval type"):
+        EPISODE.evolve(EventType("episode", {"extra": "int"}))
+    with pytest.raises(SchemaError, match="ts_end"):
+        normalize_record(EPISODE, pa.table({"id": [1], "ts": [0], "key": ["a"]}), ingested_at_us=1)
+    with pytest.raises(SchemaError, match="reserved"):
+        EventType("x", {"ts_end": "int"})

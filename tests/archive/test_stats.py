@@ -62,3 +62,16 @@ def test_a_key_sample_matches_only_the_sampled_keys(stats_env):
     sel = stats.selectivity(QUERY, sample_keys=4, seed=3)
     assert sel.keys_sampled == 4
     assert 0 < sel.events < sum(e.type == "traffic" for e in events)
+
+
+def test_pass_estimates_are_the_conjuncts_rates_over_the_archive(stats_env):
+    stats, events, _ = stats_env
+    est = stats.pass_estimates(QUERY)
+    traffic = [e for e in events if e.type == "traffic"]
+    assert set(est) == {"a.speed > 100", "b.speed < 10"}
+    # a.speed > 100 is tested on every traffic event (the first component's own condition)
+    assert est["a.speed > 100"] == pytest.approx(sum(e.attrs["speed"] > 100 for e in traffic) / len(traffic))
+    assert 0.0 <= est["b.speed < 10"] <= 1.0
+    assert stats.pass_estimates(QUERY) is est  # cached per snapshot
+    ordered = compile_query(QUERY, estimates=est)
+    assert ordered.plans[0].slots[0].meta["entry_local"][0].estimate == est["a.speed > 100"]

@@ -31,6 +31,15 @@ Choices where docs/semantics.md is silent (see also the module's tests):
   proceeds over the negation; otherwise the oracle raises ``NotImplementedError``.
 - Arithmetic on a missing value, a string, or division by zero gives a missing
   value, so the comparison that reads it is false (and ``NOT`` of it true).
+
+Interval events (issue 15, docs/semantics.md section 8): the stream order is
+``(ts_end, id)`` (``Event.order_key``); WITHIN bounds the hull ``max ts_end - min ts``
+of the bound events. A relation between two events is a :class:`Rel` conjunct,
+evaluated on the endpoints with :func:`engine.lql.relations.relation_holds` (a
+function of four numbers, checked against Allen's table in tests/engine/test_allen.py),
+not through the parser's rewriting into comparisons. ``SEQ(...) BY rel`` adds, per
+linear plan, a Rel for every two consecutive positive components of the SEQ
+(``x``/``b[last]`` then ``y``/``c[1]``) and ``b[i-1] rel b[i]`` inside each Kleene one.
 """
 
 from __future__ import annotations
@@ -42,6 +51,17 @@ from typing import Any
 
 from engine.events import Event
 from engine.lql import ast as A
+from engine.lql.relations import relation_holds
+
+
+@dataclass(frozen=True)
+class Rel:
+    """``left REL right`` between two events (a WHERE conjunct of the oracle's own syntax)."""
+
+    left: A.AttrRef
+    right: A.AttrRef
+    rel: A.Relation
+
 
 MatchKey = frozenset  # frozenset[tuple[str, tuple[int, ...]]], the same as Match.key()
 Binding = dict  # variable -> Event (single, negated) or tuple[Event, ...] (Kleene)
@@ -113,6 +133,9 @@ def walk(expr: A.Expr) -> Iterator[A.Expr]:
     elif isinstance(expr, A.BoolOp):
         for operand in expr.operands:
             yield from walk(operand)
+    elif isinstance(expr, Rel):
+        yield expr.left
+        yield expr.right
 
 
 def analyse(expr: A.Expr) -> Conjunct:
@@ -231,6 +254,9 @@ def truth(expr: A.Expr, binding: Binding, i: int | None) -> bool:
     if isinstance(expr, A.Equivalence):
         events = [e for bound in binding.values() for e in ([bound] if isinstance(bound, Event) else bound)]
         return len({e.get(expr.attr) for e in events}) <= 1
+    if isinstance(expr, Rel):
+        a, b = _event_of(expr.left, binding, i), _event_of(expr.right, binding, i)
+        return relation_holds(expr.rel, (a.ts, a.ts_end), (b.ts, b.ts_end))
     v = value(expr, binding, i)
     return v is not None and bool(v)
 
@@ -269,9 +295,11 @@ def make_plans(query: A.PatternQuery, conjuncts: list[Conjunct]) -> list[Plan]:
     for comps in expand(query.pattern):
         seen.setdefault(comps, None)
     plans = []
+    scopes = _by_scopes(query.pattern)
     for comps in seen:
         if not comps or comps[0].kind == "neg":
             continue  # section 2: a plan that starts with a negation is dropped
+        by = [analyse(r) for r in _by_rels(comps, scopes)]
         positives: list = []
         middle: dict = {}
         trailing: list = []
@@ -287,7 +315,7 @@ def make_plans(query: A.PatternQuery, conjuncts: list[Conjunct]) -> list[Plan]:
         neg_vars = {c.var for c in comps if c.kind == "neg"}
         rule3: list[Conjunct] = []
         rule5: dict[str, list[Conjunct]] = {v: [] for v in neg_vars}
-        for c in conjuncts:
+        for c in conjuncts + by:
             if not c.vars <= pos_vars | neg_vars:
                 continue  # mentions a variable this plan does not bind
             negs = c.vars & neg_vars
@@ -298,6 +326,40 @@ def make_plans(query: A.PatternQuery, conjuncts: list[Conjunct]) -> list[Plan]:
             # a conjunct over two negated variables: ignored
         plans.append(Plan(positives, middle, trailing, rule3, rule5))
     return plans
+
+
+def _by_scopes(node: A.PatternNode) -> list[tuple[set, A.Relation]]:
+    if isinstance(node, A.Component):
+        return []
+    out = []
+    if isinstance(node, A.Seq) and node.by is not None:
+        out.append(({c.var for c in A.components(node)}, node.by))
+    for item in node.items:
+        out.extend(_by_scopes(item))
+    return out
+
+
+def _by_rels(comps: tuple, scopes: list) -> list[Rel]:
+    """SEQ(...) BY rel on one linear plan: consecutive positives of the scope, and inside Kleene components."""
+    out = []
+    for scope, rel in scopes:
+        pos = [c for c in comps if c.kind != "neg" and c.var in scope]
+        for x, y in zip(pos, pos[1:]):
+            left = A.AttrRef(x.var, "ts", A.Index("last") if x.is_kleene else None)
+            right = A.AttrRef(y.var, "ts", A.Index("first") if y.is_kleene else None)
+            out.append(Rel(left, right, rel))
+        for c in pos:
+            if c.is_kleene:
+                out.append(Rel(A.AttrRef(c.var, "ts", A.Index("prev")), A.AttrRef(c.var, "ts", A.Index("i")), rel))
+    return out
+
+
+def _hull_ok(groups: list, window: int | None) -> bool:
+    """WITHIN bounds the hull of the bound events: max ts_end - min ts <= window."""
+    if window is None:
+        return True
+    bound = [e for g in groups for e in g]
+    return max(e.ts_end for e in bound) - min(e.ts for e in bound) <= window
 
 
 # =========================================================================== enumeration
@@ -348,6 +410,8 @@ def enumerate_matches(query: A.PatternQuery, events: list[Event], strategy: str 
                 found |= _next_match(plan, sub, query.within_us)
                 continue
             for groups in _assignments(plan.positives, sub, query.within_us):
+                if not _hull_ok(groups, query.within_us):
+                    continue
                 binding = _binding(plan.positives, groups)
                 if not all(holds(c, binding) for c in plan.conjuncts):
                     continue
@@ -385,8 +449,8 @@ def _assignments(positives: list, sub: list[Event], window: int | None) -> Itera
     def later(start: int, first_ts: int | None) -> Iterator[tuple[int, Event]]:
         for k in range(start, len(sub)):
             e = sub[k]
-            if window is not None and first_ts is not None and e.ts - first_ts > window:
-                return
+            if window is not None and first_ts is not None and e.ts_end - first_ts > window:
+                return  # the stream is in ts_end order: every later event is out of the window too
             yield k, e
 
     def component(j: int, start: int, first_ts: int | None, acc: list) -> Iterator[list]:
@@ -440,7 +504,7 @@ def _trailing_negations_hold(plan: Plan, groups: list, binding: Binding, sub: li
     deadline = groups[0][0].ts + window
     for neg in plan.trailing:
         if _negated_event_exists(
-            neg, plan.neg_conjuncts[neg.var], binding, sub, groups[-1][-1], lambda e: e.ts <= deadline
+            neg, plan.neg_conjuncts[neg.var], binding, sub, groups[-1][-1], lambda e: e.ts_end <= deadline
         ):
             return False
     return True
@@ -499,8 +563,10 @@ def _next_match(plan: Plan, sub: list[Event], window: int | None) -> set:
         """After a run bound or took an element: emit if it completed c_m, keep it if it may continue."""
         if len(groups) == m:
             binding = _binding(plan.positives, groups)
-            if all(holds(c, binding) for c in plan.conjuncts) and _trailing_negations_hold(
-                plan, groups, binding, sub, window
+            if (
+                all(holds(c, binding) for c in plan.conjuncts)
+                and _hull_ok(groups, window)
+                and _trailing_negations_hold(plan, groups, binding, sub, window)
             ):
                 found.add(_key(plan.positives, groups))
             if not plan.positives[-1].is_kleene:
@@ -511,7 +577,7 @@ def _next_match(plan: Plan, sub: list[Event], window: int | None) -> set:
     for e in sub:
         alive: list = []
         for groups in runs:
-            if window is not None and e.ts - groups[0][0].ts > window:
+            if window is not None and e.ts_end - groups[0][0].ts > window:
                 continue  # the run dies
             j = len(groups)  # c_1..c_j bound; plan.positives[j] is c_{j+1}
             took = proceeded = None

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from engine.events import MICROS_PER_S, Event
 from engine.lql import ast as A
+from tests.engine.oracle import Rel
 
 # =========================================================================== syntax-tree builders
 
@@ -139,7 +140,13 @@ def _pattern_text(node: A.PatternNode) -> str:
             "neg": f"!{t} {node.var}",
         }[node.kind]
     name = {A.Seq: "SEQ", A.And: "AND", A.Or: "OR"}[type(node)]
-    return f"{name}({', '.join(_pattern_text(i) for i in node.items)})"
+    by = f" BY {relation_text(node.by)}" if isinstance(node, A.Seq) and node.by is not None else ""
+    return f"{name}({', '.join(_pattern_text(i) for i in node.items)}){by}"
+
+
+def relation_text(rel: A.Relation) -> str:
+    """``OVERLAPS(0 us, 2000000 us)``: a relation with its tolerances in microseconds (issue 15)."""
+    return rel.name.upper() + (f"({', '.join(f'{a} us' for a in rel.args)})" if rel.args else "")
 
 
 def expr_text(e: A.Expr) -> str:
@@ -168,6 +175,9 @@ def expr_text(e: A.Expr) -> str:
         return f"NOT ({expr_text(e.operand)})"
     if isinstance(e, A.Equivalence):
         return f"[{e.attr}]"
+    if isinstance(e, Rel):  # the oracle's relation conjunct: `a BEFORE(1 us) b`
+        left, right = (expr_text(r).rsplit(".", 1)[0] for r in (e.left, e.right))
+        return f"{left} {relation_text(e.rel)} {right}"
     raise TypeError(f"cannot render {e!r}")
 
 

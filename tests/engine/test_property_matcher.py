@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import random
+from collections import Counter
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,11 +43,19 @@ from tests.engine.patterns import (
 compiler = pytest.importorskip("engine.compiler")
 matcher = pytest.importorskip("engine.matcher")
 
-STORAGES = ("chain", "runs")
+STORAGES = ("chain", "runs", "runs-unshared")
+"""``runs`` merges runs with identical futures under skip_till_next_match and the contiguity strategies
+(engine/nfa/shared_runs.py); ``runs-unshared`` keeps one run per partial match."""
+
+
+def make_matcher(text: str, storage: str):
+    # sharing forced on wherever a Kleene slot is shareable (the default shares only where runs pile up)
+    share = storage != "runs-unshared"
+    return matcher.Matcher(compiler.compile_query(text), storage=storage.split("-")[0], share_runs=share)
 
 
 def run(text: str, events: list, storage: str) -> list:
-    m = matcher.Matcher(compiler.compile_query(text), storage=storage)
+    m = make_matcher(text, storage)
     out = []
     for e in events:
         out += m.push(e)
@@ -101,6 +111,50 @@ def test_contiguity_result_set_equals_the_oracle(case: Case) -> None:
     check_against_oracle(case)
 
 
+# Runs that share work (engine/nfa/shared_runs.py) against one run per partial match: the same matches,
+# the same RETURN values per match (aggregates over every variable, so a group that mixed starts with
+# different bindings would show), under the strategies where runs merge.
+
+SHARING_STRATEGIES = ("skip_till_next_match", "partition_contiguity", "strict_contiguity")
+
+
+def _return_clause(case: Case) -> str:
+    items = []
+    for c in A.components(case.query.pattern):
+        if c.kind == "neg":
+            continue
+        if c.is_kleene:
+            v = c.var
+            items += [f"count({v}) AS n_{v}", f"sum({v}.x) AS s_{v}", f"first({v}.x) AS f_{v}",
+                      f"last({v}.ts) AS l_{v}"]
+        else:
+            items.append(f"{c.var}.ts AS t_{c.var}")
+    return "\nRETURN " + ", ".join(dict.fromkeys(items))
+
+
+def _with_fields(matches: list) -> Counter:
+    return Counter((m.key(), tuple(sorted((m.fields or {}).items()))) for m in matches)
+
+
+def check_shared_equals_unshared(case: Case) -> None:
+    text = case.text + _return_clause(case)
+    shared = run(text, case.events, "runs")
+    unshared = run(text, case.events, "runs-unshared")
+    assert _with_fields(shared) == _with_fields(unshared), f"shared runs differ from unshared ones\n{case.describe()}"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=HEALTH)
+@given(case=cases(strategies=SHARING_STRATEGIES, min_events=10))
+def test_shared_runs_give_the_same_matches_and_fields_as_unshared_runs(case: Case) -> None:
+    check_shared_equals_unshared(case)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=HEALTH)
+@given(case=cases(strategies=("skip_till_next_match", "partition_contiguity"), min_events=15, min_conjuncts=1))
+def test_shared_runs_equal_unshared_runs_with_conditions(case: Case) -> None:
+    check_shared_equals_unshared(case)
+
+
 # --------------------------------------------------------------------------- the generator itself
 
 
@@ -146,7 +200,7 @@ def _invariant_stream() -> list:
 def test_matcher_is_deterministic_does_not_mutate_events_and_leaves_no_state(text: str, storage: str) -> None:
     events = _invariant_stream()
     before = copy.deepcopy(events)
-    m = matcher.Matcher(compiler.compile_query(text), storage=storage)
+    m = make_matcher(text, storage)
     first = []
     for e in events:
         first += m.push(e)
@@ -280,3 +334,70 @@ def test_matcher_agrees_with_the_oracle_on_corner_cases(name: str, q, spec: str,
     text = to_lql(q)
     got = {m.key() for m in run(text, events, storage)}
     assert got == expected, mismatch_report(Case(text, q, events), storage, expected, got)
+
+
+# --------------------------------------------------------------------------- conjunct order and push-down (issue 16)
+# The planner re-orders each edge's conjuncts from measured pass rates (engine.nfa.conjunct_order) and
+# push-down can be turned off: neither may change a result. STRESS measures and re-orders after every
+# single evaluation (no hysteresis), so that orders change many times within a 25-event stream.
+
+STRESS = {"first": 1, "burst": 1, "period": 1, "hysteresis": 0.0, "decay": 0.5}
+
+
+def run_variant(case: Case, storage: str, *, adaptive: bool, push_down: bool, order: str) -> set:
+    q = compiler.compile_query(case.text, push_down=push_down, order=order)
+    m = matcher.Matcher(
+        q,
+        storage=storage.split("-")[0],  # type: ignore[arg-type]
+        share_runs=storage != "runs-unshared",
+        adaptive=adaptive,
+        planner_options=STRESS if adaptive else None,
+    )
+    out = []
+    for e in case.events:
+        out += m.push(e)
+    out += m.flush()
+    got = {x.key() for x in out}
+    assert len(out) == len(got), f"duplicate matches ({storage}, adaptive={adaptive}, push_down={push_down})"
+    return got
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=HEALTH)
+@given(case=cases(min_conjuncts=2))
+def test_conjunct_reordering_and_push_down_never_change_the_result(case: Case) -> None:
+    expected = enumerate_matches(case.query, case.events)
+    any_match = case.strategy == "skip_till_any_match"
+    for storage in STORAGES:
+        for adaptive in (True, False):
+            for push_down in (True, False) if any_match else (True,):
+                for order in ("cost", "declared"):
+                    got = run_variant(case, storage, adaptive=adaptive, push_down=push_down, order=order)
+                    assert got == expected, mismatch_report(
+                        case, f"{storage}, adaptive={adaptive}, push_down={push_down}, order={order}", expected, got
+                    )
+
+
+def test_the_planner_moves_the_rare_conjunct_first_and_keeps_the_matches() -> None:
+    text = "PATTERN SEQ(A a, B b) WHERE b.x < 90 AND b.y < 50 AND b.z < 2 WITHIN 10 seconds"
+    rnd = random.Random(7)
+    events = []
+    for i in range(6000):
+        t = "A" if i % 10 == 0 else "B"
+        attrs = {"x": rnd.randrange(100), "y": rnd.randrange(100), "z": rnd.randrange(100)}
+        events.append(_event(i, t, i * 1000, attrs))
+    results = {}
+    for adaptive in (False, True):
+        m = matcher.Matcher(compiler.compile_query(text, order="declared"), adaptive=adaptive)
+        out = [x.key() for e in events for x in m.push(e)] + [x.key() for x in m.flush()]
+        results[adaptive] = out
+        group = m.planner.group(0, 1, "entry_local")
+        if adaptive:
+            assert group is not None and [c.text for c in group.current()][0] == "b.z < 2"
+            assert m.stats()["conjunct_reorders"] >= 1
+    assert results[True] == results[False] and results[True]
+
+
+def _event(i: int, t: str, ts: int, attrs: dict):
+    from engine.events import Event
+
+    return Event(i, t, ts, attrs)

@@ -83,7 +83,7 @@ def test_alert_reaches_the_receiver_signed(service: Service, receiver: Receiver,
         payload = json.loads(got[0]["body"])
         assert payload["events"] == {"a": [ids[0]], "b": [ids[2]]}
         assert payload["fields"] == {"symbol": "IBM", "low": 85.0}
-        assert payload["query"] == {"id": q["id"], "name": q["name"]}
+        assert payload["query"] == {"id": q["id"], "name": q["name"], "version": 1}
         assert payload["end"].endswith("+00:00")
         alerts = c.get("/alerts", params={"query_id": q["id"]}).json()["items"]
         assert [a["id"] for a in alerts] == [payload["alert_id"]]

@@ -30,9 +30,24 @@ def store(request, tmp_path):
     else:
         if not _pg_available():
             pytest.skip("PostgreSQL is not reachable at 127.0.0.1:5432 (database test)")
-        s = SqlPartialMatchStore(PG)
+        # a schema of its own: the public schema of `test` may hold another checkout's migrations
+        schema = "lace_pms_" + uuid.uuid4().hex[:8]
+        plain = PG.replace("postgresql+psycopg", "postgresql")
+        import psycopg
+
+        with psycopg.connect(plain, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        s = SqlPartialMatchStore(f"{PG}?options=-csearch_path%3D{schema}")
+        request.addfinalizer(lambda: _drop(plain, schema))
     yield s
     s.close()
+
+
+def _drop(plain: str, schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(plain, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 @pytest.mark.integration

@@ -86,7 +86,8 @@ def test_event_validation_types_and_units() -> None:
         "b": True,
         "t": 1500,
     }
-    _, eid, ts, attrs = validate_event(raw, {"T": spec})
+    _, eid, ts, attrs, ts_end = validate_event(raw, {"T": spec})
+    assert ts_end == ts  # a point type
     assert eid is None and ts == 1_704_862_800_000_000
     assert attrs == {"s": "x", "i": 3, "f": 2.0, "b": True, "t": 1_500_000}
     cases: list[tuple[dict[str, Any], str]] = [
@@ -104,9 +105,9 @@ def test_event_validation_types_and_units() -> None:
 
 def test_event_validation_null_is_a_missing_value_and_nan_is_refused() -> None:
     spec = TypeSpec("T", {"s": "string", "f": "float"}, None, 0)
-    _, _, _, attrs = validate_event({"type": "T", "ts": 1, "s": None, "f": 2.5}, {"T": spec})
+    _, _, _, attrs, _ = validate_event({"type": "T", "ts": 1, "s": None, "f": 2.5}, {"T": spec})
     assert attrs == {"f": 2.5}  # as an empty CSV cell or a JSONL null: left out of the event
-    _, _, _, attrs = validate_event({"type": "T", "ts": 1, "attrs": {"s": "x", "f": None}}, {"T": spec})
+    _, _, _, attrs, _ = validate_event({"type": "T", "ts": 1, "attrs": {"s": "x", "f": None}}, {"T": spec})
     assert attrs == {"s": "x"}
     with pytest.raises(EventInvalid) as e:
         validate_event({"type": "T", "ts": 1, "s": "x"}, {"T": spec})

@@ -20,6 +20,7 @@ def public(row: AlertRow) -> AlertPublic:
     return AlertPublic(
         id=row.id,
         query_id=row.query_id,
+        query_version=row.query_version,
         events=row.events,
         start=iso(row.start_us),
         end=iso(row.end_us),

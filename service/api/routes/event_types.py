@@ -25,6 +25,8 @@ def public(row: EventTypeRow) -> EventTypePublic:
         partition_key=row.partition_key,
         defaults=dict(row.defaults or {}),
         allowed_lateness_ms=row.allowed_lateness_us / 1_000,
+        interval=bool(row.interval),
+        max_duration_ms=None if row.max_duration_us is None else row.max_duration_us / 1_000,
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
     )
@@ -32,7 +34,15 @@ def public(row: EventTypeRow) -> EventTypePublic:
 
 def spec_of(row: EventTypeRow) -> TypeSpec:
     defaults = dict(row.defaults or {})
-    return TypeSpec(row.name, dict(row.attributes), row.partition_key, row.allowed_lateness_us, defaults)
+    return TypeSpec(
+        row.name,
+        dict(row.attributes),
+        row.partition_key,
+        row.allowed_lateness_us,
+        defaults,
+        bool(row.interval),
+        row.max_duration_us,
+    )
 
 
 def _check_defaults(defaults: dict[str, Any], attributes: dict[str, str], where: str) -> dict[str, Any]:
@@ -63,11 +73,11 @@ def _used_attributes(session: SessionDep, name: str) -> dict[str, list[str]]:
     return out
 
 
-def _archive_type(name: str, attributes: dict[str, str], key: str | None) -> EventType:
+def _archive_type(name: str, attributes: dict[str, str], key: str | None, interval: bool = False) -> EventType:
     if key is not None and key not in attributes:
         raise ApiError(422, f"partition key {key!r} is not one of the attributes", "body.partition_key")
     try:
-        return EventType(name, attributes, key)  # type: ignore[arg-type]
+        return EventType(name, attributes, key, interval)  # type: ignore[arg-type]
     except SchemaError as e:
         raise ApiError(422, str(e), "body.name" if "type name" in str(e) else "body.attributes") from None
 
@@ -86,7 +96,7 @@ def _users(session: SessionDep, name: str, *, active_only: bool = False) -> list
 
 @router.post("", status_code=201, summary="Register an event type")
 def create_event_type(body: EventTypeCreate, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> EventTypePublic:
-    etype = _archive_type(body.name, dict(body.attributes), body.partition_key)
+    etype = _archive_type(body.name, dict(body.attributes), body.partition_key, body.interval)
     with runtime.lock:
         if session.get(EventTypeRow, body.name) is not None:
             raise ApiError(409, f"event type {body.name!r} exists (PATCH it to add attributes)", "body.name")
@@ -107,6 +117,8 @@ def create_event_type(body: EventTypeCreate, session: SessionDep, runtime: Runti
             partition_key=body.partition_key,
             defaults=defaults,
             allowed_lateness_us=body.allowed_lateness_ms * 1_000,
+            interval=body.interval,
+            max_duration_us=None if body.max_duration_ms is None else body.max_duration_ms * 1_000,
             created_at_us=t,
             updated_at_us=t,
         )
@@ -156,7 +168,7 @@ def update_event_type(
         defaults.update(_check_defaults(dict(body.defaults or {}), merged, "body.defaults"))
         if row.partition_key is not None and row.partition_key in defaults:
             raise ApiError(422, "the partition key cannot be optional", f"body.defaults.{row.partition_key}")
-        etype = _archive_type(name, merged, row.partition_key)
+        etype = _archive_type(name, merged, row.partition_key, bool(row.interval))
         lateness_us = row.allowed_lateness_us if body.allowed_lateness_ms is None else body.allowed_lateness_ms * 1_000
         if lateness_us > row.allowed_lateness_us:  # a smaller lateness is always safe: queries get fewer events
             users = _users(session, name, active_only=True)

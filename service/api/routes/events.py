@@ -97,6 +97,7 @@ async def post_events(
         ids=res.ids,
         rejections=[Rejection(**_clipped(r)) for r in res.rejections],
         query_late=[QueryLate(**_clipped(q)) for q in res.query_late],
+        query_errors=[QueryLate(**_clipped(q)) for q in res.query_errors],
         duplicates=res.duplicates,
         matches=res.matches,
         alerts=res.alerts,

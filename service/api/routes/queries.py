@@ -1,4 +1,4 @@
-"""Queries: ``/queries`` (create from LQL, list, get, update, pause, resume, delete).
+"""Queries: ``/queries`` (create from LQL, list, get, update, pause, resume, delete, explain).
 
 Live-only and live-and-archived queries (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``) alike.
 Creating or resuming a query starts it at once: it sees every event ingested after the answer
@@ -8,20 +8,32 @@ Bad LQL is a 422 with the line and column; options that do not fit the query a 4
 """
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import delete, select
 
-from engine.detector import Statement, is_live_archived
-from engine.detector import compile as compile_statement
+from archive.schema import SchemaError
+from engine.compiler import CompiledQuery
+from engine.detector import RuleStatement, Statement, compile_statement, is_live_archived
 from engine.durations import parse_duration_us
+from engine.intervals.derive import IntervalStatement
 from engine.limits import check_limits
+from engine.live_archived.plan import LiveArchivedPlan
 from engine.lql.errors import QueryError
+from engine.rules.derived import derived_schema
+from engine.rules.filters import CompiledFilter
+from engine.rules.graph import statement_ast
+from engine.rules.statements import AggregateStatement
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
+from service.api.routes.event_types import _archive_type, spec_of
 from service.core.errors import ApiError, get_or_404
-from service.db.models import QueryRow
+from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
+from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import ERRORS, Id, iso
+from service.schemas.plans import ExplainRequest, ExplainResult
 from service.schemas.resources import (
     Delays,
     LiveArchivedStats,
@@ -30,7 +42,11 @@ from service.schemas.resources import (
     QueryPublic,
     QueryStats,
     QueryUpdate,
+    RuleGraphNode,
+    RuleGraphPublic,
 )
+
+AnyStatement = Statement | RuleStatement
 
 router = APIRouter(prefix="/queries", tags=["queries"], responses=ERRORS)  # type: ignore[arg-type]
 
@@ -70,11 +86,11 @@ def _stats(lq: LiveQuery) -> QueryStats:
             close_to_commit_p99_ms=s["close_to_commit_ms"]["p99"],
         )
     return QueryStats(
-        events=m["events"],
-        late=m["late"],
-        matches=s["results"] if la is not None else m["emitted"],
-        partial_matches=m["live_partial_matches"],
-        keys=m["keys"],
+        events=m.get("events", 0),
+        late=m.get("late", 0),
+        matches=s["results"] if la is not None else m.get("emitted", s.get("results", 0)),
+        partial_matches=m.get("live_partial_matches", m.get("open_windows", 0)),
+        keys=m.get("keys", m.get("groups", 0)),
         pm_capacity=m.get("pm_capacity"),
         pm_policy=m.get("pm_policy"),
         partial_matches_spilled=m.get("spilled_now", 0),
@@ -83,6 +99,7 @@ def _stats(lq: LiveQuery) -> QueryStats:
         misses=m.get("misses", 0),
         cpu_s=s.get("cpu_s", 0.0),
         live_archived=la,
+        failed=s.get("failed"),
     )
 
 
@@ -95,8 +112,9 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         name=row.name,
         text=row.text,
         state=row.state,  # type: ignore[arg-type]
-        kind="live_archived" if live_archived else "live",
+        kind=row.kind,  # type: ignore[arg-type]
         types=list(row.types),
+        emits=row.emits,
         window_ms=None if row.window_us is None else row.window_us / 1_000,
         algorithm=opts.algorithm if live_archived else None,
         tolerance_ms=(opts.tolerance_us or 0) / 1_000 if live_archived else None,
@@ -107,15 +125,30 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
         stats=None if lq is None else _stats(lq),
+        warm=None,
         totals=lq.totals() if lq is not None else dict(row.counters or {}),
     )
 
 
-def compile_text(text: str, runtime: LiveRuntime) -> Statement:
+def kind_of(statement: AnyStatement) -> str:
+    """The ``kind`` of a compiled statement: live, live_archived, filter, aggregate or interval."""
+    if is_live_archived(statement):
+        return "live_archived"
+    if isinstance(statement, CompiledFilter):
+        return "filter"
+    if isinstance(statement, AggregateStatement):
+        return "aggregate"
+    if isinstance(statement, CompiledQuery):
+        return "live"
+    return str(getattr(statement, "kind", "live"))
+
+
+def compile_text(text: str, runtime: LiveRuntime) -> AnyStatement:
     """Compile against the registered types; a QueryError becomes a 422 with line and column."""
     try:
         statement = compile_statement(text, runtime.schemas())
-        check_limits(statement, runtime.limits)
+        if isinstance(statement, (CompiledQuery, type(None))) or is_live_archived(statement):
+            check_limits(statement, runtime.limits)  # type: ignore[arg-type]
         return statement
     except QueryError as e:
         raise ApiError(422, e.reason, "body.text", line=e.line, column=e.column) from None
@@ -123,9 +156,14 @@ def compile_text(text: str, runtime: LiveRuntime) -> Statement:
         raise ApiError(422, "the query is nested too deeply", "body.text", line=0, column=0) from None
 
 
-def _apply_options(row: QueryRow, body: QueryOptions, statement: Statement, runtime: LiveRuntime) -> None:
+def _apply_options(row: QueryRow, body: QueryOptions, statement: AnyStatement, runtime: LiveRuntime) -> None:
     """Store ``body``'s options on ``row`` (unset ones keep their values); 422 when one does not fit."""
     live_archived = is_live_archived(statement)
+    if not isinstance(statement, CompiledQuery) and not live_archived:
+        for name in ("pm_capacity", "pm_policy"):
+            if getattr(body, name) is not None:
+                reason = f"{name} applies to pattern queries (PATTERN, LIVE ... ARCHIVED ...)"
+                raise ApiError(422, reason, f"body.{name}")
     if not live_archived:
         for name in ("algorithm", "tolerance"):
             if getattr(body, name) is not None:
@@ -145,12 +183,13 @@ def _apply_options(row: QueryRow, body: QueryOptions, statement: Statement, runt
         row.pm_capacity = body.pm_capacity
     if body.pm_policy is not None:
         row.pm_policy = body.pm_policy.value
-    row.kind = "live_archived" if live_archived else "live"
+    row.kind = kind_of(statement)
+    row.emits = statement.emit_into
     if not live_archived:
         row.algorithm = row.tolerance_us = None
 
 
-def _start(runtime: LiveRuntime, row: QueryRow, compiled: Statement, t: int) -> None:
+def _start(runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int) -> None:
     try:
         runtime.start_query(
             query_id=row.id,
@@ -159,17 +198,96 @@ def _start(runtime: LiveRuntime, row: QueryRow, compiled: Statement, t: int) -> 
             active_since_us=t,
             options=RunOptions.from_row(row),
             totals=row.counters,
+            version=row.version,
         )
     except ValueError as e:
         raise ApiError(422, str(e), "body.text") from None
+
+
+def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatement, query_id: int | None) -> None:
+    """EMIT INTO: the derived type must not be an ingested type, must keep one schema, and must not close a
+    cycle (409 / 422 naming the field); registers the derived event type. Call under the lock."""
+    emit = compiled.emit_into
+    if emit is None:
+        return
+    tree = statement_ast(compiled)
+    interval = isinstance(compiled, IntervalStatement)  # issue 15: its derived events are interval events
+    others = runtime.emitters.get(emit, set()) - ({query_id} if query_id is not None else set())
+    schema = derived_schema(tree, runtime.schemas())
+    existing = session.get(EventTypeRow, emit)
+    if existing is not None and not others:
+        emitting = session.execute(
+            select(QueryRow.id).where(QueryRow.emits == emit, QueryRow.id != (query_id or 0))
+        ).first()
+        if emitting is None and emit in runtime.type_max and emit not in runtime.emitters:
+            raise ApiError(409, f"EMIT INTO {emit}: '{emit}' is an ingested event type", "body.text")
+    if existing is not None and dict(existing.attributes) != schema and others:
+        raise ApiError(
+            409,
+            f"EMIT INTO {emit}: the derived type already has attributes {dict(existing.attributes)} "
+            f"(emitted by another statement); this statement's RETURN gives {schema}",
+            "body.text",
+        )
+    exclude = str(query_id) if query_id is not None else None
+    reason = runtime.graph.cycle(compiled, exclude=exclude)
+    if reason is not None:
+        raise ApiError(422, reason, "body.text", line=tree.pos.line, column=tree.pos.column)
+    if runtime.archive is not None:
+        try:
+            runtime.archive.register(_archive_type(emit, schema, None, interval))  # derived events are archived too
+        except SchemaError as e:
+            raise ApiError(409, f"EMIT INTO {emit}: the archive holds an incompatible type: {e}", "body.text") from None
+    t = now_us()
+    if existing is None:
+        existing = EventTypeRow(
+            name=emit, attributes=schema, partition_key=None, defaults=None, allowed_lateness_us=0,
+            created_at_us=t, updated_at_us=t, interval=interval,
+        )
+        session.add(existing)
+    elif dict(existing.attributes) != schema:
+        existing.attributes = schema
+        existing.updated_at_us = t
+    runtime.set_type(spec_of(existing))
 
 
 def _get(session: SessionDep, query_id: int) -> QueryRow:
     return get_or_404(session, QueryRow, query_id, "query")
 
 
-@router.post("", status_code=201, summary="Register a query (LQL text: live-only or live-and-archived)")
-def create_query(body: QueryCreate, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
+StateParam = Annotated[
+    Literal["warm", "reset"],
+    Query(
+        description="warm: rebuild the statement's state from the archive over its span (WITHIN or window) "
+        "before it goes live, as if it had always run; reset: start empty."
+    ),
+]
+HistoryParam = Annotated[
+    bool, Query(description="With state=warm: record what the history completes as alerts (default: drop it).")
+]
+
+
+def _check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> None:
+    if state == "warm" and (is_live_archived(compiled) or runtime.archive is None):
+        reason = "state=warm applies to statements of the rule graph (not LIVE ... ARCHIVED), with the archive on"
+        raise ApiError(422, reason, "query.state")
+
+
+def _warm(runtime: LiveRuntime, row: QueryRow, emit_history: bool) -> dict[str, int]:
+    try:
+        return runtime.warm_query(row.id, emit_history=emit_history)
+    except ValueError as e:
+        raise ApiError(422, str(e), "query.state") from None
+
+
+@router.post("", status_code=201, summary="Register a query (LQL text: any statement kind)")
+def create_query(
+    body: QueryCreate,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: AdminKey,
+    state: StateParam = "reset",
+    emit_history: HistoryParam = False,
+) -> QueryPublic:
     compiled = compile_text(body.text, runtime)
     name = body.name or compiled.name
     if not name:
@@ -192,35 +310,134 @@ def create_query(body: QueryCreate, session: SessionDep, runtime: RuntimeDep, _:
             updated_at_us=t,
         )
         _apply_options(row, body, compiled, runtime)
+        _check_flow(session, runtime, compiled, None)
+        _check_warm(state, compiled, runtime)
         session.add(row)
         session.commit()  # before the start: the partial-match store writes to this database too
+        warmed = None
         if row.state == "active":
             _start(runtime, row, compiled, t)
-    return public(row, runtime)
+            if state == "warm":
+                warmed = _warm(runtime, row, emit_history)
+    out = public(row, runtime)
+    out.warm = warmed
+    return out
 
 
-def _window_us(statement: Statement) -> int | None:
-    """WITHIN of a live-only query; the live side's WITHIN of a live-and-archived one."""
-    return statement.live.window_us if is_live_archived(statement) else statement.window_us  # type: ignore[union-attr]
+def _window_us(statement: AnyStatement) -> int | None:
+    """WITHIN of a live-only query; the live side's WITHIN of a live-and-archived one; a window's size."""
+    if isinstance(statement, LiveArchivedPlan):
+        return statement.live.window_us
+    return statement.window_us
 
 
-@router.get("", summary="List queries")
-def list_queries(session: SessionDep, runtime: RuntimeDep, _: ReadKey) -> list[QueryPublic]:
-    return [public(r, runtime) for r in session.scalars(select(QueryRow).order_by(QueryRow.id))]
+@router.post("/explain", summary="Explain a live query's plan: conjunct order, estimated and measured costs")
+def explain_query(body: ExplainRequest, runtime: RuntimeDep, _: ReadKey) -> ExplainResult:
+    """The NFA plan with, per node, its conjuncts in evaluation order and 004's cost model (formula 10); with
+    ``events`` the query also runs over them (nothing is ingested or stored) and the measured counts are added."""
+    from engine.compiler import compile_query
+    from engine.events import Event
+    from engine.nfa.explain import explain
+
+    try:
+        compiled = compile_query(
+            body.text, runtime.schemas(), push_down=body.push_down, estimates=body.estimates
+        )
+    except QueryError as e:
+        raise ApiError(422, e.reason, "body.text", line=e.line, column=e.column) from None
+    except RecursionError:
+        raise ApiError(422, "the query is nested too deeply", "body.text", line=0, column=0) from None
+    except ValueError as e:
+        field = "body.estimates" if "estimate" in str(e) else "body.push_down"
+        raise ApiError(422, str(e), field) from None
+    sample = None
+    if body.events is not None:
+        with runtime.lock:
+            types = dict(runtime.types)
+        sample = []
+        for i, raw in enumerate(body.events):
+            try:
+                spec, eid, ts, attrs, ts_end = validate_event(raw, types)
+            except EventInvalid as e:
+                raise ApiError(422, e.reason, f"body.events[{i}]" + (f".{e.field}" if e.field else "")) from None
+            sample.append(Event(eid if eid is not None else i, spec.name, ts, attrs, ts_end))
+    try:
+        result = explain(compiled, events=sample, rates=body.rates, keys=body.keys)
+    except ValueError as e:
+        raise ApiError(422, str(e), "body.rates") from None
+    return ExplainResult.model_validate(result)
 
 
-@router.get("/{id}", summary="Get a query with its live counters")
+Kind = Literal["live", "live_archived", "filter", "aggregate", "interval"]
+
+
+@router.get("", summary="List and search queries (by kind, read type, emitted type, text)")
+def list_queries(
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: ReadKey,
+    kind: Annotated[Kind | None, Query(description="Only statements of this kind.")] = None,
+    reads: Annotated[str | None, Query(max_length=64, description="Only statements reading this event type.")] = None,
+    emits: Annotated[
+        str | None, Query(max_length=64, description="Only statements emitting this derived type (EMIT INTO).")
+    ] = None,
+    q: Annotated[str | None, Query(max_length=200, description="Case-insensitive text in the name or the LQL.")] = None,
+) -> list[QueryPublic]:
+    stmt = select(QueryRow).order_by(QueryRow.id)
+    if kind is not None:
+        stmt = stmt.where(QueryRow.kind == kind)
+    if emits is not None:
+        stmt = stmt.where(QueryRow.emits == emits)
+    rows = list(session.scalars(stmt))
+    if reads is not None:
+        rows = [r for r in rows if reads in r.types]
+    if q is not None:
+        needle = q.lower()
+        rows = [r for r in rows if needle in r.name.lower() or needle in r.text.lower()]
+    return [public(r, runtime) for r in rows]
+
+
+@router.get("/graph", summary="The rule graph: which statement reads and emits which event type")
+def query_graph(session: SessionDep, _: ReadKey) -> RuleGraphPublic:
+    rows = list(session.scalars(select(QueryRow).order_by(QueryRow.id)))
+    derived: dict[str, list[str]] = {}
+    for r in rows:
+        if r.emits is not None:
+            derived.setdefault(r.emits, []).append(r.name)
+    edges = [(src, r.name) for r in rows for t in r.types for src in derived.get(t, ())]
+    return RuleGraphPublic(
+        statements=[
+            RuleGraphNode(id=r.id, name=r.name, kind=r.kind, state=r.state, reads=list(r.types), emits=r.emits)
+            for r in rows
+        ],
+        derived_types=derived,
+        edges=edges,
+    )
+
+
+@router.get("/{id:int}", summary="Get a query with its live counters")
 def get_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: ReadKey) -> QueryPublic:
     return public(_get(session, id), runtime)
 
 
-@router.put("/{id}", summary="Replace a query's text and options (restarts it empty)")
-def update_query(id: Id, body: QueryUpdate, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
+@router.put("/{id:int}", summary="Replace a query's text and options (a new version; ?state=warm keeps no blind spot)")
+def update_query(
+    id: Id,
+    body: QueryUpdate,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: AdminKey,
+    state: StateParam = "reset",
+    emit_history: HistoryParam = False,
+) -> QueryPublic:
     compiled = compile_text(body.text, runtime)
+    _check_warm(state, compiled, runtime)
+    warmed = None
     with runtime.lock:
         row = _get(session, id)
         t = runtime.activation_us()
         _apply_options(row, body, compiled, runtime)
+        _check_flow(session, runtime, compiled, row.id)
         row.text = body.text
         row.types = sorted(compiled.stream_types)
         row.window_us = _window_us(compiled)
@@ -232,10 +449,14 @@ def update_query(id: Id, body: QueryUpdate, session: SessionDep, runtime: Runtim
         session.commit()
         if row.state == "active":
             _start(runtime, row, compiled, t)
-    return public(row, runtime)
+            if state == "warm":
+                warmed = _warm(runtime, row, emit_history)
+    out = public(row, runtime)
+    out.warm = warmed
+    return out
 
 
-@router.post("/{id}/pause", summary="Pause a query (drops its partial matches)")
+@router.post("/{id:int}/pause", summary="Pause a query (drops its partial matches)")
 def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
     with runtime.lock:
         row = _get(session, id)
@@ -250,7 +471,7 @@ def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -
     return public(row, runtime)
 
 
-@router.post("/{id}/resume", summary="Resume a paused query (sees the events after this call)")
+@router.post("/{id:int}/resume", summary="Resume a paused query (sees the events after this call)")
 def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
     with runtime.lock:
         row = _get(session, id)
@@ -267,11 +488,44 @@ def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) 
     return public(row, runtime)
 
 
-@router.delete("/{id}", status_code=204, summary="Delete a query with its webhooks, alerts and deliveries")
-def delete_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> Response:
+def _readers_of(session: Any, row: QueryRow) -> list[QueryRow]:
+    """The statements that read ``row``'s derived type, and theirs, transitively (for a cascade)."""
+    if row.emits is None:
+        return []
+    if session.execute(select(QueryRow.id).where(QueryRow.emits == row.emits, QueryRow.id != row.id)).first():
+        return []  # another statement still emits the type: its readers keep their input
+    out: list[QueryRow] = []
+    for r in session.scalars(select(QueryRow).order_by(QueryRow.id)):
+        if r.id != row.id and row.emits in r.types:
+            out.append(r)
+            out.extend(x for x in _readers_of(session, r) if x not in out)
+    return out
+
+
+@router.delete(
+    "/{id:int}",
+    status_code=204,
+    summary="Delete a query with its webhooks, alerts and deliveries (409 when another reads its EMIT INTO)",
+)
+def delete_query(
+    id: Id,
+    session: SessionDep,
+    runtime: RuntimeDep,
+    _: AdminKey,
+    cascade: Annotated[bool, Query(description="Also delete the statements that read its derived type.")] = False,
+) -> Response:
     with runtime.lock:
-        _get(session, id)
-        session.execute(delete(QueryRow).where(QueryRow.id == id))
+        row = _get(session, id)
+        readers = _readers_of(session, row)
+        if readers and not cascade:
+            names = ", ".join(r.name for r in readers)
+            raise ApiError(
+                409, f"{names} read{'s' if len(readers) == 1 else ''} {row.emits}, emitted by {row.name}: "
+                "delete them first or pass ?cascade=true", "query.cascade",
+            )
+        ids = [row.id, *(r.id for r in readers)]
+        session.execute(delete(QueryRow).where(QueryRow.id.in_(ids)))
         session.commit()
-        runtime.stop_query(id)
+        for qid in reversed(ids):
+            runtime.stop_query(qid)
     return Response(status_code=204)

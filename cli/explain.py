@@ -1,0 +1,142 @@
+"""``lace explain``: the plan of a live query, the cost model's estimates and, with ``--events``, measured counts.
+
+See :mod:`engine.nfa.explain` for the model (004, formulas (5)-(10)) and docs/lql.md ("EXPLAIN").
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.app import Strategy, TsUnitChoice, app, fail, read_text
+from engine.io import EventFileError, open_event_file
+
+
+def _load_json_map(path: Path, what: str) -> dict[str, float]:
+    try:
+        doc = json.loads(read_text(path))
+    except json.JSONDecodeError as e:
+        fail(f"{path}: not JSON ({e.msg} at line {e.lineno} column {e.colno})")
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, (int, float)) and not isinstance(v, bool) for k, v in doc.items()
+    ):
+        fail(f"{path}: {what} must be a JSON object of numbers, e.g. {{\"t.size >= 10000\": 0.01}}")
+    return {k: float(v) for k, v in doc.items()}
+
+
+@app.command()
+def explain(
+    query: Annotated[Path, typer.Argument(help="LQL query file (a live-only pattern query).")],
+    events: Annotated[
+        Path | None,
+        typer.Option("--events", "-e", help="Event file: run the query over it and show measured counts."),
+    ] = None,
+    estimates: Annotated[
+        Path | None,
+        typer.Option(help="JSON file: pass probability per conjunct text, e.g. {\"t.size >= 10000\": 0.0024}."),
+    ] = None,
+    rates: Annotated[
+        Path | None, typer.Option(help="JSON file: events per second per type (without --events).")
+    ] = None,
+    keys: Annotated[int, typer.Option(help="Partition keys (without --events).", min=1)] = 1,
+    strategy: Annotated[Strategy | None, typer.Option(help="Override the query's STRATEGY.")] = None,
+    push_down: Annotated[
+        bool, typer.Option("--push-down/--no-push-down", help="Push conjuncts down to the earliest edge.")
+    ] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
+        TsUnitChoice.auto
+    ),
+) -> None:
+    """Show a live query's NFA plan: per node its conjuncts in evaluation order, the estimated input rate, pass
+    probability and cost (004's formula 10), and with --events the counts measured over that file."""
+    text = read_text(query)
+    est = _load_json_map(estimates, "--estimates") if estimates is not None else None
+    rate_map = _load_json_map(rates, "--rates") if rates is not None else None
+    if events is not None and not events.is_file():
+        fail(f"{events}: no such file")
+
+    from engine.compiler import compile_query
+    from engine.lql.errors import QueryError
+    from engine.nfa.explain import explain as explain_query
+
+    try:
+        compiled = compile_query(
+            text, strategy=strategy.value if strategy else None, push_down=push_down, estimates=est
+        )
+    except QueryError as e:
+        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    except ValueError as e:
+        fail(str(e))
+    sample = None
+    if events is not None:
+        try:
+            source = open_event_file(events, ts_unit=ts_unit.value)
+            sample = [e for batch in source.batches() for e in batch]
+        except EventFileError as e:
+            fail(str(e))
+        except OSError as e:
+            fail(f"{events}: {e.strerror or e}")
+    try:
+        result = explain_query(compiled, events=sample, rates=rate_map, keys=keys)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        typer.echo(render(result))
+
+
+def _num(x: float | None, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if abs(x) >= 1e6 or (x and abs(x) < 10 ** -digits):
+        return f"{x:.3g}"
+    return f"{x:.{digits}f}"
+
+
+def render(result: dict[str, Any]) -> str:
+    """The EXPLAIN result as indented text (one block per plan, one line per node and per conjunct)."""
+    s = result["stream"]
+    window = result["window_us"]
+    lines = [
+        f"EXPLAIN {result['name'] or '(unnamed)'}  strategy {result['strategy']}  plan {result['plan_kind']}  "
+        f"window {'none' if window is None else f'{window / 1e6:g} s'}",
+        "stream ({}): {}; {} key(s){}".format(
+            s["source"],
+            ", ".join(f"{t} {_num(r, 2)}/s" for t, r in s["rates"].items()),
+            s["keys"],
+            "" if s["duration_s"] is None else f"; {_num(s['duration_s'], 2)} s",
+        ),
+    ]
+    if result["measured_matches"] is not None:
+        lines.append(f"measured matches: {result['measured_matches']}")
+    for plan in result["plans"]:
+        path = " -> ".join(plan["components"])
+        tree = f"   tree {plan['tree']}" if plan.get("tree") else ""
+        lines.append(f"plan {plan['index']}: {path}{tree}   total cost {_num(plan['total_cost'])}/s")
+        for n in plan["nodes"]:
+            e = n["estimate"]
+            head = (
+                f"  node {n['slot']} {n['var']}{'[]' if n['kleene'] else ''} ({', '.join(n['types'])}): "
+                f"est. input {_num(e['input_rate'])}/s  pass {_num(e['pass_probability'], 4)}  "
+                f"cost/input {_num(e['cost_per_input'], 2)}  cost {_num(e['cost'])}/s"
+            )
+            if e["input"] is not None:
+                head += f"  [in {_num(e['input'], 0)}, out {_num(e['output'], 0)}]"
+            lines.append(head)
+            m = n["measured"]
+            if m is not None:
+                lines.append(
+                    f"      measured: in {m['input']}, out {m['output']}, pass {_num(m['pass_probability'], 4)}"
+                )
+            for k, c in enumerate(n["conjuncts"], 1):
+                row = f"      {k}. {c['group']:<13} {c['text']}   cost {c['cost']}  p {_num(c['pass_estimate'], 4)}"
+                if c["measured_pass"] is not None:
+                    row += f"  measured {_num(c['measured_pass'], 4)} of {c['evaluations']}"
+                lines.append(row)
+            if n["negations"]:
+                lines.append(f"      negations: {', '.join(n['negations'])} (not in the model)")
+    return "\n".join(lines)

@@ -1,0 +1,99 @@
+"""Derived streams (``EMIT INTO T``): the schema of a derived event type and the events a statement emits.
+
+003 section 3 (the capture and continuous-query layers feed later layers through derived streams);
+DESIGN.md section 9. A statement's results become events of type ``T``:
+
+- a pattern (or live-and-archived) statement: ts = the match's end (the event that completed it),
+  attributes = its RETURN fields;
+- an ``AGGREGATE`` statement: ts = the window start, attributes = the RETURN fields and ``window_end``
+  (the window's exclusive end, int microseconds);
+- an interval statement (``INTERVAL``, 002): ts = the interval start, ts_end = its end.
+
+Timestamps are int microseconds UTC.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from engine.events import Event
+from engine.lql import ast
+from engine.lql.checks import VarInfo, declared_vars, infer_type
+from engine.lql.errors import QueryError
+from engine.match import Match
+
+WINDOW_END = "window_end"
+"""The attribute every window result carries: the window's exclusive end (int microseconds UTC)."""
+
+_SCHEMA_OF = {"duration": "int", "number": "float", None: "float"}
+
+
+def _scope(query: Any) -> dict[str, VarInfo]:
+    if isinstance(query, ast.PatternQuery):
+        return declared_vars(query.pattern)
+    if isinstance(query, ast.LiveArchivedQuery):
+        return {**declared_vars(query.live.pattern), **declared_vars(query.archived.pattern)}
+    if isinstance(query, ast.AggregateQuery):
+        return {query.var: VarInfo(query.var, "kleene", {query.type}, query.pos)}
+    var, type_name = getattr(query, "var", None), getattr(query, "type", None)
+    if isinstance(var, str) and isinstance(type_name, str):  # INTERVAL (002): the run's events, as a group
+        return {var: VarInfo(var, "kleene", {type_name}, query.pos)}
+    return {}
+
+
+def derived_schema(query: Any, schemas: ast.Schema | None) -> dict[str, str]:
+    """The attributes of the event type a statement emits into: {RETURN alias -> type name}.
+
+    Types are those of :func:`engine.lql.checks.infer_type` (a number of unknown kind is ``float``,
+    a duration ``int``); window results add ``window_end`` (timestamp).
+
+    Raises
+    ------
+    QueryError
+        When the statement has EMIT INTO but no RETURN (a derived event needs attributes).
+    """
+    returns: tuple[ast.ReturnItem, ...] = getattr(query, "returns", ())
+    if not returns:
+        raise QueryError.at(
+            query.pos, f"EMIT INTO {query.emit_into} needs a RETURN clause (its fields are the derived attributes)"
+        )
+    scope = _scope(query)
+    out: dict[str, str] = {}
+    for item in returns:
+        expr = item.expr
+        if isinstance(query, ast.AggregateQuery) and isinstance(expr, ast.AttrRef):
+            scope_single = {query.var: VarInfo(query.var, "single", {query.type}, query.pos)}
+            t = infer_type(expr, scope_single, schemas)
+        else:
+            try:
+                t = infer_type(expr, scope, schemas)
+            except QueryError:
+                t = None
+        out[item.alias] = _SCHEMA_OF.get(t, t) if t not in ("int", "float", "string", "bool", "timestamp") else t  # type: ignore[assignment]
+    if isinstance(query, ast.AggregateQuery):
+        out[WINDOW_END] = "timestamp"
+    return out
+
+
+def emits_at_start(query: Any) -> bool:
+    """Whether the statement's derived events are stamped with the result's start (windows, intervals)."""
+    return not isinstance(query, (ast.PatternQuery, ast.LiveArchivedQuery))
+
+
+def derived_event(query: Any, match: Match, event_id: int) -> Event:
+    """The event of type ``query.emit_into`` that ``match`` (a result of ``query``) becomes.
+
+    Parameters
+    ----------
+    query : statement syntax tree with ``emit_into`` set
+    match : Match
+        One result: ``start``/``end`` int microseconds, ``fields`` the RETURN fields.
+    event_id : int
+        The new event's id (unique in the stream; the caller allocates it).
+    """
+    assert query.emit_into is not None
+    ts = match.start if emits_at_start(query) else match.end
+    end = match.end if isinstance(query, ast.IntervalRule) else None  # interval events (002, issue 15)
+    return Event(event_id, query.emit_into, ts, dict(match.fields), end)
+
+
+__all__ = ["WINDOW_END", "derived_event", "derived_schema", "emits_at_start"]

@@ -1,0 +1,616 @@
+"""The rule graph: several statements over one stream, with filters first and derived streams between them.
+
+003 (sections 3 and 4: the filter, capture, continuous-query and CEP layers; rules inserted, updated and
+deleted while the stream runs); DESIGN.md section 9. One :class:`RuleGraph` holds every statement of a
+``lace match`` run or of the service:
+
+- **FILTER** rules run first, on every event of their type (:meth:`RuleGraph.filter`); a dropped event
+  reaches nothing else (the service does not archive it).
+- Every other statement is a **node** that runs a detector (:class:`engine.detector.Detector`): a
+  :class:`~engine.matcher.Matcher`, a :class:`~engine.rules.windows.WindowedAggregate`, or any detector a
+  factory builds (interval derivation, 002). An event reaches the nodes that read its type (through
+  the rule index when one is given).
+- A node with ``EMIT INTO T`` turns each result into an event of the derived type ``T``
+  (:func:`engine.rules.derived.derived_event`) that flows to the nodes reading ``T``; a node without it
+  ends in results the caller gets back (alerts).
+
+Order (exact, "in watermark order"): a node that reads only ingested types gets their events as they
+come (its detector handles the allowed lateness). A node that reads a derived type gets all its input
+through an inbox released in (ts_end, id) order (the matcher's order; (ts, id) for point events, issue 15)
+up to the node's input watermark: the smallest watermark of
+the types it reads, where a derived type's watermark is the smallest *output watermark* of the nodes
+that emit it (a bound below the ts of every result they may still emit: ``output_watermark(w)`` of a
+window operator; for a pattern, the watermark it consumed, less its window when the pattern has a
+negation, whose matches are emitted when the window closes). Nodes are settled in topological order, so
+one pass propagates a watermark through every layer. Cycles are refused when a statement is added.
+
+Timestamps are int microseconds UTC; event ids of derived events come from ``next_id``.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.compiler import CompiledQuery
+from engine.events import Event
+from engine.lql import ast
+from engine.lql.checks import read_types
+from engine.lql.errors import QueryError
+from engine.match import Match
+from engine.plugins.api import PluginError
+from engine.rules.derived import derived_event
+from engine.rules.filters import CompiledFilter
+
+NEVER = -(1 << 63)
+"""The watermark before any event: nothing is known to be complete."""
+END_OF_TIME = (1 << 63) - 1
+
+Factory = Callable[[Any], Any]
+"""Compiled statement -> its detector (``push``/``advance``/``flush``/``stats``/``next_deadline``)."""
+
+
+def default_factory(statement: Any, allowed_lateness_us: int = 0) -> Any:
+    """The detector of a compiled statement: a Matcher for a pattern query, a WindowedAggregate for an
+    AGGREGATE statement, ``statement.make_detector()`` for other kinds that provide it.
+
+    Raises
+    ------
+    TypeError
+        For a statement kind that has no detector here (a live-and-archived plan needs an archive:
+        the service runs it).
+    """
+    if isinstance(statement, CompiledQuery):
+        from engine.matcher import Matcher
+
+        return Matcher(statement, allowed_lateness_us=allowed_lateness_us)
+    make = getattr(statement, "make_detector", None)
+    if callable(make):
+        return make(allowed_lateness_us)
+    raise TypeError(f"no detector for a statement of kind {type(statement).__name__} in a rule graph")
+
+
+def statement_ast(statement: Any) -> Any:
+    """The syntax tree of a compiled statement (CompiledQuery.ast, CompiledFilter.rule, or itself)."""
+    if isinstance(statement, CompiledFilter):
+        return statement.rule
+    return getattr(statement, "ast", statement)
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    """One non-filter statement of the graph with its detector and its place in the flow.
+
+    ``reads``: the event types it reads; ``emit_into``: its derived type (None: it ends in results);
+    ``buffered``: whether its input goes through the (ts, id)-ordered inbox (it reads a derived type);
+    ``consumed``: the input watermark it has been advanced to.
+    """
+
+    name: str
+    statement: Any
+    detector: Any
+    reads: frozenset[str]
+    emit_into: str | None
+    negation_slack_us: int = 0
+    buffered: bool = False
+    consumed: int = NEVER
+    inbox: list[tuple[int, int, int, Event]] = field(default_factory=list)
+    results: int = 0
+    cpu_s: float = 0.0
+    failed: str | None = None
+    """Why the node stopped: a plug-in its statement names misbehaved (issue 16); it gets no more events."""
+
+    def output_watermark(self) -> int:
+        """A bound below the ts of every derived event this node may still emit."""
+        out_wm = getattr(self.detector, "output_watermark", None)
+        if callable(out_wm):
+            return int(out_wm(self.consumed))
+        return self.consumed - self.negation_slack_us if self.consumed > NEVER else NEVER
+
+
+def _negation_slack(statement: Any) -> int:
+    if isinstance(statement, CompiledQuery):
+        has_neg = any(c.kind == "neg" for c in ast.components(statement.ast.pattern))
+        if has_neg:
+            return statement.window_us if statement.window_us is not None else END_OF_TIME // 2
+    return 0
+
+
+class RuleGraph:
+    """Statements over one stream: filters, then nodes linked by derived streams (module docstring).
+
+    Parameters
+    ----------
+    factory : callable, optional
+        Compiled statement -> detector (default :func:`default_factory`).
+    next_id : callable, optional
+        Allocates the id of each derived event (default: a counter from 2**62, above any file's ids).
+    allowed_lateness_us : int
+        How far behind the newest ingested event an event may arrive (ingested types; int microseconds):
+        the graph's watermark when none is given to :meth:`advance` is ``newest ts - lateness - 1``.
+    router : object, optional
+        The rule index (:class:`engine.rules.index.RuleIndex`: ``add(name, ast)``, ``remove(name)``,
+        ``reached(event) -> list[str]``, 003 and Esper's filter service); by default every node reading
+        the event's type gets it. It never changes results (docs/semantics.md section 9).
+    auto_advance : bool
+        Move the watermark as ingested events arrive (``newest ts - lateness - 1``): right for a sorted
+        file. The service sets it False and calls :meth:`advance` with per-type watermarks.
+    measure_cpu : bool
+        Keep each node's CPU seconds (``stats()[name]["cpu_s"]``; costs two clock reads per event).
+
+    Raises
+    ------
+    QueryError
+        From :meth:`add`: a duplicate name, or an EMIT INTO that would close a cycle.
+    """
+
+    def __init__(
+        self,
+        *,
+        factory: Factory | None = None,
+        next_id: Callable[[], int] | None = None,
+        allowed_lateness_us: int = 0,
+        router: Any = None,
+        auto_advance: bool = True,
+        measure_cpu: bool = False,
+    ) -> None:
+        self.factory = factory or (lambda statement: default_factory(statement, allowed_lateness_us))
+        self.next_id = next_id or itertools.count(1 << 62).__next__
+        self.lateness = int(allowed_lateness_us)
+        self.router = router
+        self.index_min = 4
+        """The rule index is consulted for an event type read by more than this many statements (with fewer,
+        offering the event to each costs less than the lookup)."""
+        self.auto_advance = auto_advance
+        self.measure_cpu = measure_cpu
+        self._base_wm: Callable[[frozenset[str]], int | None] | None = None
+        self._wm_cache: dict[frozenset[str], int | None] = {}
+        self.filters: dict[str, list[CompiledFilter]] = {}
+        self.filter_names: dict[str, CompiledFilter] = {}
+        self.nodes: dict[str, Node] = {}
+        self._readers: dict[str, list[Node]] = {}
+        self._emitters: dict[str, list[Node]] = {}
+        self._order: list[Node] = []
+        self._timed: list[Node] = []
+        self.watermark = NEVER
+        self._max_ts = NEVER
+        self._seq = itertools.count()
+        self._derived_out: list[tuple[str, Event]] = []
+        self.keep_derived = False
+        self.report_derived = False
+        """Also return the results of EMIT INTO nodes from push/advance/flush (``lace match`` writes them)."""
+        self.late_events: list[tuple[str, Event, str]] = []
+        self.plugin_errors: list[tuple[str, Event | None, str]] = []
+        """(statement name, the event or None for a watermark, reason): nodes a plug-in failed on; they stop."""
+        """(node, event, reason) of the late refusals since the last :meth:`take_late`."""
+        self.late: list[str] = []
+        """Why events were refused as late by some node since the last :meth:`take_late` (the event
+        still reached the other nodes)."""
+
+    # ------------------------------------------------------------------ statements
+
+    @property
+    def derived_types(self) -> frozenset[str]:
+        """The event types some node emits into."""
+        return frozenset(self._emitters)
+
+    def names(self) -> list[str]:
+        """Every statement's name: filters, then nodes in topological order."""
+        return [*self.filter_names, *(n.name for n in self._order)]
+
+    def add(self, name: str, statement: Any, detector: Any = None) -> None:
+        """Add a compiled statement (from :func:`engine.detector.compile_statement`) under ``name``.
+
+        Raises
+        ------
+        QueryError
+            When ``name`` is taken or the statement's EMIT INTO would create a cycle
+            (``EMIT INTO a would create a cycle a → b → a``).
+        """
+        if name in self.nodes or name in self.filter_names:
+            raise QueryError(f"a statement named '{name}' already exists", 0, 0)
+        if isinstance(statement, CompiledFilter):
+            self.filter_names[name] = statement
+            self.filters.setdefault(statement.type, []).append(statement)
+            return
+        tree = statement_ast(statement)
+        reads = read_types(tree)
+        emit = getattr(tree, "emit_into", None)
+        if emit is not None:
+            path = self._path(reads, emit)
+            if path is not None:
+                chain = " \u2192 ".join([*path, emit])
+                raise QueryError.at(getattr(tree, "pos", ast.NOPOS), f"EMIT INTO {emit} would create a cycle {chain}")
+        node = Node(
+            name,
+            statement,
+            detector if detector is not None else self.factory(statement),
+            reads,
+            emit,
+            negation_slack_us=_negation_slack(statement),
+        )
+        self.nodes[name] = node
+        for t in reads:
+            self._readers.setdefault(t, []).append(node)
+        if emit is not None:
+            self._emitters.setdefault(emit, []).append(node)
+        if self.router is not None:
+            self.router.add(name, tree)
+        self._reorder()
+
+    def remove(self, name: str) -> list[Match]:
+        """Remove a statement; returns nothing of it (its partial matches and open windows are dropped).
+
+        Raises
+        ------
+        KeyError
+            For an unknown name.
+        """
+        if name in self.filter_names:
+            f = self.filter_names.pop(name)
+            self.filters[f.type].remove(f)
+            return []
+        node = self.nodes.pop(name)
+        for t in node.reads:
+            self._readers[t].remove(node)
+        if node.emit_into is not None:
+            self._emitters[node.emit_into].remove(node)
+            if not self._emitters[node.emit_into]:
+                del self._emitters[node.emit_into]
+        if self.router is not None:
+            self.router.remove(name)
+        self._reorder()
+        return []
+
+    def cycle(self, statement: Any, exclude: str | None = None) -> str | None:
+        """Why adding ``statement`` (replacing the node ``exclude``, if given) would close a cycle, or None."""
+        tree = statement_ast(statement)
+        emit = getattr(tree, "emit_into", None)
+        if emit is None:
+            return None
+        path = self._path(read_types(tree), emit, exclude)
+        if path is None:
+            return None
+        chain = " \u2192 ".join([*path, emit])
+        return f"EMIT INTO {emit} would create a cycle {chain}"
+
+    def _path(self, reads: Iterable[str], target: str, exclude: str | None = None) -> list[str] | None:
+        """The derived types from ``target`` to one of ``reads`` through existing nodes (``[target, ..., r]``:
+        with the new statement, a cycle), or None."""
+        goal = set(reads)
+        stack: list[list[str]] = [[target]]
+        seen: set[str] = set()
+        while stack:
+            path = stack.pop()
+            t = path[-1]
+            if t in goal:
+                return path
+            if t in seen:
+                continue
+            seen.add(t)
+            for node in self._readers.get(t, ()):
+                if node.emit_into is not None and node.name != exclude:
+                    stack.append([*path, node.emit_into])
+        return None
+
+    def _reorder(self) -> None:
+        """Topological order of the nodes (emitters before readers) and the buffered/timed sets."""
+        derived = set(self._emitters)
+        indegree: dict[str, int] = {}
+        for node in self.nodes.values():
+            node.buffered = bool(node.reads & derived)
+            indegree[node.name] = sum(len(self._emitters.get(t, ())) for t in node.reads)
+        ready = [n for n in self.nodes.values() if indegree[n.name] == 0]
+        order: list[Node] = []
+        while ready:
+            node = ready.pop(0)
+            order.append(node)
+            if node.emit_into is not None:
+                for reader in self._readers.get(node.emit_into, ()):
+                    indegree[reader.name] -= 1
+                    if indegree[reader.name] == 0:
+                        ready.append(reader)
+        self._order = order
+        self._timed = [n for n in order if n.buffered or n.emit_into is not None or _timed(n)]
+
+    # ------------------------------------------------------------------ the stream
+
+    def filter(self, event: Event) -> str | None:
+        """Run the FILTER rules of ``event.type``: None when it is kept, else why it was dropped."""
+        for f in self.filters.get(event.type, ()):
+            reason = f.check(event)
+            if reason is not None:
+                return reason
+        return None
+
+    def push(self, event: Event, accept: Callable[[str], bool] | None = None) -> list[tuple[str, Match]]:
+        """Offer one ingested event (already filtered): returns (statement name, result) of the nodes
+        without EMIT INTO that it, or the watermark it moved, completed.
+
+        ``accept``: only the nodes whose name it accepts get the event (the service's restart replay
+        feeds each statement the events it saw live).
+
+        Raises
+        ------
+        engine.matcher.LateEventError
+            From a node's detector when the event is late for it.
+        """
+        out: list[tuple[str, Match]] = []
+        nodes = self._readers.get(event.type)
+        if nodes:
+            if self.router is not None and len(nodes) > self.index_min:
+                reached = set(self.router.reached(event))
+                nodes = [n for n in nodes if n.name in reached]
+            if accept is not None:
+                nodes = [n for n in nodes if accept(n.name)]
+            for node in nodes:
+                self._offer(node, event, out)
+        if self.auto_advance and event.ts_end > self._max_ts:
+            self._max_ts = event.ts_end
+            wm = event.ts_end - self.lateness - 1
+            if wm > self.watermark and self._timed:
+                self.watermark = wm
+                self._settle(out, wm)
+        return out
+
+    def push_batch(self, events: list[Event]) -> list[tuple[str, Match]]:
+        """Offer ingested events (already filtered, in arrival order) node by node: each node that reads
+        ingested types takes the whole batch in one loop (nodes are independent; derived events wait in
+        their readers' inboxes as with :meth:`push`), and its CPU time is read once per batch.
+
+        Returns (statement name, result) as :meth:`push` does; late refusals go to :attr:`late_events`.
+        """
+        out: list[tuple[str, Match]] = []
+        if not events:
+            return out
+        types = {e.type for e in events}
+        nodes: dict[str, Node] = {}
+        for t in types:
+            for n in self._readers.get(t, ()):
+                nodes.setdefault(n.name, n)
+        router = self.router
+        per_node: dict[str, list[Event]] | None = None
+        if router is not None and any(len(self._readers.get(t, ())) > self.index_min for t in types):
+            # the events each statement can take, in arrival order: O(statements reached), not O(statements x events)
+            per_node = {}
+            for e in events:
+                readers = self._readers.get(e.type, ())
+                names = router.reached(e) if len(readers) > self.index_min else [n.name for n in readers]
+                for name in names:
+                    got = per_node.get(name)
+                    if got is None:
+                        per_node[name] = [e]
+                    else:
+                        got.append(e)
+        for node in self._order:
+            if node.name not in nodes or node.failed is not None:
+                continue
+            if per_node is not None:
+                mine = per_node.get(node.name)
+                if not mine:
+                    continue
+            else:
+                mine = events if len(types) == 1 else [e for e in events if e.type in node.reads]
+            if node.buffered:
+                for e in mine:
+                    heapq.heappush(node.inbox, (e.ts, e.id, next(self._seq), e))
+                continue
+            push, name = node.detector.push, node.name
+            started = time.thread_time() if self.measure_cpu else 0.0
+            for e in mine:
+                try:
+                    found = push(e)
+                except ValueError as err:  # LateEventError: counted by the node's detector
+                    self.late.append(f"{name}: {err}")
+                    self.late_events.append((name, e, str(getattr(err, "reason", err))))
+                    continue
+                except PluginError as err:  # a plug-in misbehaved: this node stops, the others go on
+                    self._plugin_failed(node, e, err)
+                    break
+                if found:
+                    self._results(node, found, out)
+            if self.measure_cpu:
+                node.cpu_s += time.thread_time() - started
+        return out
+
+    def advance(
+        self, watermark_us: int, base_watermark: Callable[[frozenset[str]], int | None] | None = None
+    ) -> list[tuple[str, Match]]:
+        """Declare that no ingested event with ``ts <= watermark_us`` will come; returns the results it made due.
+
+        ``base_watermark``: the watermark of a set of ingested types (a node's, without its derived
+        types), None when none is known yet; the service passes its per-type watermarks with idleness.
+        Without it every ingested type has ``watermark_us``. Only nodes with something due are advanced.
+        """
+        out: list[tuple[str, Match]] = []
+        if watermark_us > self.watermark:
+            self.watermark = watermark_us
+        self._base_wm = base_watermark
+        self._wm_cache = {}
+        try:
+            self._settle(out, self.watermark, force=base_watermark is None)
+        finally:
+            self._base_wm = None
+        return out
+
+    def flush(self) -> list[tuple[str, Match]]:
+        """End of stream: every window fires, every inbox drains, every detector flushes, layer by layer."""
+        out: list[tuple[str, Match]] = []
+        self.watermark = END_OF_TIME
+        for node in self._order:
+            if node.failed is not None:
+                continue
+            self._release(node, END_OF_TIME, out)
+            node.consumed = END_OF_TIME
+            try:
+                self._results(node, node.detector.flush(), out)
+            except PluginError as err:
+                self._plugin_failed(node, None, err)
+        return out
+
+    def warm(self, name: str, events: Iterable[Event], watermark_us: int | None) -> list[Match]:
+        """Rebuild a new node's state from history: feed ``events`` (in (ts, id) order) to its detector only,
+        then advance it to ``watermark_us``; returns its results, which flow nowhere (no derived event, no
+        result of :meth:`push`): the caller drops them or records them as history.
+
+        Late or out-of-order history events are skipped. Raises KeyError for an unknown node.
+        """
+        node = self.nodes[name]
+        out: list[Match] = []
+        push = node.detector.push
+        for e in events:
+            try:
+                out.extend(push(e))
+            except ValueError:
+                continue
+        if watermark_us is not None:
+            out.extend(node.detector.advance(watermark_us))
+            node.consumed = max(node.consumed, watermark_us)
+        return out
+
+    def take_derived(self) -> list[tuple[str, Event]]:
+        """The derived events emitted since the last call, with the emitting statement's name (set
+        ``keep_derived`` to collect them: the service archives them, ``lace match`` writes them)."""
+        out, self._derived_out = self._derived_out, []
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        """Per statement: its detector's counters (filters: kept/dropped), plus ``results``."""
+        d: dict[str, Any] = {name: f.stats() for name, f in self.filter_names.items()}
+        for node in self._order:
+            s = dict(node.detector.stats())
+            s["results"] = node.results
+            s["inbox"] = len(node.inbox)
+            if self.measure_cpu:
+                s["cpu_s"] = round(node.cpu_s, 6)
+            d[node.name] = s
+        return d
+
+    # ------------------------------------------------------------------ internals
+
+    def take_late(self) -> list[str]:
+        """The late-event reasons collected since the last call (one per node that refused an event)."""
+        out, self.late = self.late, []
+        self.late_events = []
+        return out
+
+    def take_plugin_errors(self) -> list[tuple[str, Event | None, str]]:
+        """The plug-in failures since the last call: ``(statement name, event or None, reason)``."""
+        out, self.plugin_errors = self.plugin_errors, []
+        return out
+
+    def _plugin_failed(self, node: Node, event: Event | None, err: PluginError) -> None:
+        node.failed = str(err)
+        node.inbox.clear()
+        self.plugin_errors.append((node.name, event, str(err)))
+
+    def _offer(self, node: Node, event: Event, out: list[tuple[str, Match]]) -> None:
+        if node.failed is not None:
+            return
+        if node.buffered:
+            heapq.heappush(node.inbox, (event.ts_end, event.id, next(self._seq), event))
+            return
+        try:
+            if self.measure_cpu:
+                started = time.thread_time()
+                found = node.detector.push(event)
+                node.cpu_s += time.thread_time() - started
+            else:
+                found = node.detector.push(event)
+        except ValueError as e:  # LateEventError: counted by the node's detector; the others still get it
+            self.late.append(f"{node.name}: {e}")
+            self.late_events.append((node.name, event, str(getattr(e, "reason", e))))
+            return
+        except PluginError as err:  # a plug-in misbehaved: this node stops, the others go on
+            self._plugin_failed(node, event, err)
+            return
+        if found:
+            self._results(node, found, out)
+
+    def _results(self, node: Node, matches: list[Match], out: list[tuple[str, Match]]) -> None:
+        if not matches:
+            return
+        node.results += len(matches)
+        if node.emit_into is None or self.report_derived:
+            name = node.name
+            out.extend((name, m) for m in matches)
+            if node.emit_into is None:
+                return
+        tree = statement_ast(node.statement)
+        for m in matches:
+            event = derived_event(tree, m, self.next_id())
+            if self.keep_derived:
+                self._derived_out.append((node.name, event))
+            reason = self.filter(event)
+            if reason is not None:
+                continue
+            readers = self._readers.get(event.type, ())
+            if self.router is not None and len(readers) > self.index_min:
+                reached = set(self.router.reached(event))
+                readers = [n for n in readers if n.name in reached]
+            for reader in readers:
+                heapq.heappush(reader.inbox, (event.ts_end, event.id, next(self._seq), event))
+
+    def _type_watermark(self, type_name: str, ingest_wm: int) -> int:
+        emitters = self._emitters.get(type_name)
+        if not emitters:
+            return ingest_wm
+        return min(e.output_watermark() for e in emitters)
+
+    def _release(self, node: Node, wm: int, out: list[tuple[str, Match]]) -> None:
+        inbox = node.inbox
+        push = node.detector.push
+        while inbox and inbox[0][0] <= wm:
+            event = heapq.heappop(inbox)[3]
+            try:
+                found = push(event)
+            except PluginError as err:
+                self._plugin_failed(node, event, err)
+                return
+            self._results(node, found, out)
+
+    def _node_watermark(self, node: Node, ingest_wm: int) -> int | None:
+        base = self._base_wm
+        derived = [self._type_watermark(t, ingest_wm) for t in node.reads if t in self._emitters]
+        if base is None:
+            return min(derived, default=ingest_wm) if derived else ingest_wm
+        plain = node.reads.difference(self._emitters) if derived else node.reads
+        cache = self._wm_cache  # one settle: the same type set has the same watermark
+        if plain in cache:
+            wm = cache[plain]
+        else:
+            wm = cache[plain] = base(plain) if plain else None
+        if plain and wm is None:
+            return None  # an ingested type it reads has no event yet
+        candidates = derived + ([wm] if wm is not None else [])
+        return min(candidates) if candidates else None
+
+    def _settle(self, out: list[tuple[str, Match]], ingest_wm: int, force: bool = False) -> None:
+        for node in self._order if force or self._base_wm is not None else self._timed:
+            wm = self._node_watermark(node, ingest_wm)
+            if wm is None or node.failed is not None:
+                continue
+            if node.buffered:
+                self._release(node, wm, out)
+            if wm > node.consumed and node.failed is None:
+                deadline = node.detector.next_deadline()
+                if force or (deadline is not None and deadline <= wm):
+                    try:
+                        self._results(node, node.detector.advance(wm), out)
+                    except PluginError as err:
+                        self._plugin_failed(node, None, err)
+                node.consumed = wm
+        for f_list in self.filters.values():
+            for f in f_list:
+                f.advance(ingest_wm)
+
+
+def _timed(node: Node) -> bool:
+    """Whether a node's detector acts on time (windows, interval derivation): it is advanced as the watermark moves."""
+    return not isinstance(node.statement, CompiledQuery) or node.negation_slack_us > 0
+
+
+__all__ = ["END_OF_TIME", "NEVER", "Node", "RuleGraph", "default_factory", "statement_ast"]

@@ -1,0 +1,477 @@
+"""A live-and-archived query in a process of its own: no GIL shared with ingest (issue 12).
+
+:class:`ProcessWorker` offers the service what :class:`~service.live.live_archived.LiveArchivedWorker`
+offers (``offer``, ``call``, ``stop``, ``resume_from_us``, ``stats``) and runs that very worker, the
+query's runner (ALAA, LLAA, OLLAA or SLLAA, 001 section 4) and its deferred archive requests in a
+child process started with the ``spawn`` context (no fork of a process that holds a JVM gateway,
+SQLite connections and threads). What stays in the service process:
+
+- **Spark.** The Spark session lives in the service; the child asks for archived events with an
+  ``extract`` message, the service runs the Spark job on its bounded pool (at most
+  ``LACE_LA_LOOKUP_WORKERS`` at once over all queries) and answers with the Arrow table as IPC
+  bytes; the child turns rows into events (``archive.schema.output_to_events``), matches ``P_A`` and
+  joins, on its own CPU. ``count`` and ``selectivity`` (OLLAA's statistics) go the same way.
+- **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
+  ``record`` message and waits for the answer: the service commits them with their outbox rows in
+  one transaction (:meth:`LiveRuntime.record_results`, de-duplicated by (query, event ids)) before
+  the child forgets the request, so ``resume_from_us`` never passes an uncommitted result and a
+  SIGKILL loses nothing (the restart replays from there; duplicates are dropped).
+
+Ingest hands a batch over with a queue append (:meth:`ProcessWorker.offer`); a sender thread pickles
+it as ``(id, type, ts, attrs)`` tuples onto the pipe. Messages are tuples, the first item their kind;
+requests carry an id and get a ``("reply", id, ok, value)``. The child exits when the pipe closes
+(the service stopped or was killed).
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import logging
+import multiprocessing
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from engine.events import Event
+from engine.live_archived.plan import LiveArchivedPlan, Range
+from engine.live_archived.source import Ranges
+from engine.match import Match
+
+log = logging.getLogger(__name__)
+
+STATS_TIMEOUT_S = 1.0
+"""How long ``stats``/``resume_from_us`` wait for the child before answering with the last values."""
+
+
+@dataclass(slots=True)
+class ChildSpec:
+    """What the child needs to build the query's runner (everything picklable).
+
+    Attributes
+    ----------
+    query_id, name : the query's id and name
+    ast : the query's syntax tree (``LiveArchivedPlan.ast``); the child compiles it again with ``schemas``
+    schemas : dict
+        Event type -> {attribute -> type}, as the service compiled the query with.
+    algorithm : str
+    tolerance_us : int
+        SLLAA's ``T_L``, int microseconds.
+    allowed_lateness_us : dict
+        Per event type, int microseconds.
+    lateness_us : int
+        The largest of them.
+    pm_capacity, pm_policy, pm_query_id : partial-match budget (DESIGN.md section 6)
+    pm_store_url : str, optional
+        SQLAlchemy URL of the partial-match store (the child opens its own connection).
+    lookup_workers : int
+        Archive requests of this query in progress at once (each waits for the service's Spark pool).
+    """
+
+    query_id: int
+    name: str
+    ast: Any
+    schemas: dict[str, dict[str, str]] | None
+    algorithm: str
+    tolerance_us: int
+    allowed_lateness_us: dict[str, int]
+    lateness_us: int
+    pm_capacity: int | None = None
+    pm_policy: str | None = None
+    pm_query_id: str | None = None
+    pm_store_url: str | None = None
+    lookup_workers: int = 2
+    log_level: int = field(default=logging.WARNING)
+
+
+class RemoteError(RuntimeError):
+    """The other process failed to answer a request (its exception, as text)."""
+
+
+class Channel:
+    """Both ends' half of the pipe: thread-safe sends, requests with ids, their replies as futures."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.send_lock = threading.Lock()
+        self.pending: dict[int, Future[Any]] = {}
+        self.ids = itertools.count(1)
+        self.closed = False
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        with self.send_lock:
+            self.conn.send(msg)
+
+    def request(self, kind: str, *args: Any) -> Future[Any]:
+        """Send ``("rpc", id, kind, args)``; the future gets the value of the matching reply."""
+        rid = next(self.ids)
+        fut: Future[Any] = Future()
+        self.pending[rid] = fut
+        try:
+            self.send(("rpc", rid, kind, args))
+        except Exception as e:
+            self.pending.pop(rid, None)
+            fut.set_exception(e)
+        return fut
+
+    def reply(self, rid: int, fn: Callable[[], Any]) -> None:
+        """Answer request ``rid`` with ``fn()`` (or the exception it raises, as text)."""
+        try:
+            value, ok = fn(), True
+        except Exception as e:  # noqa: BLE001 - sent to the other side, which raises RemoteError
+            log.debug("request %d failed", rid, exc_info=True)
+            value, ok = f"{type(e).__name__}: {e}", False
+        try:
+            self.send(("reply", rid, ok, value))
+        except (OSError, ValueError):
+            pass  # the other side is gone
+
+    def resolve(self, rid: int, ok: bool, value: Any) -> None:
+        fut = self.pending.pop(rid, None)
+        if fut is not None:
+            fut.set_result(value) if ok else fut.set_exception(RemoteError(value))
+
+    def fail_all(self) -> None:
+        """The pipe closed: every request waiting fails."""
+        self.closed = True
+        for rid in list(self.pending):
+            fut = self.pending.pop(rid, None)
+            if fut is not None:
+                fut.set_exception(RemoteError("the other process is gone"))
+
+
+class JsonMatch:
+    """A result as the service records it: ``to_json()`` of the child's :class:`engine.match.Match`."""
+
+    __slots__ = ("doc",)
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+
+    def to_json(self) -> dict[str, Any]:
+        return self.doc
+
+
+# ---------------------------------------------------------------------------------------- service side
+
+
+class ProcessWorker:
+    """The service's handle on a live-and-archived query running in a child process (module docstring).
+
+    Parameters
+    ----------
+    spec : ChildSpec
+    plan : LiveArchivedPlan
+        The service's own compiled plan (for OLLAA's ``selectivity`` of ``plan.live``/``plan.archived``).
+    source : object
+        The service's archive source; needs ``extract_table`` (``archive.archived_source``), ``count``
+        and ``selectivity``.
+    spark_pool : ThreadPoolExecutor
+        Where the Spark jobs run (bounded, shared by all queries).
+    record : callable
+        ``record(query_id, matches)``: commits results (alerts + outbox); raises when it cannot.
+    observe : callable, optional
+        ``observe(seconds)`` per Spark job (a metrics histogram).
+    """
+
+    def __init__(
+        self,
+        *,
+        spec: ChildSpec,
+        plan: LiveArchivedPlan,
+        source: Any,
+        spark_pool: ThreadPoolExecutor,
+        record: Callable[[int, list[Any]], None],
+        observe: Callable[[float], None] | None = None,
+    ) -> None:
+        self.query_id = spec.query_id
+        self.name = spec.name
+        self.algorithm = spec.algorithm
+        self.plan = plan
+        self.ready = threading.Event()
+        """Set when the child has built its runner and answers requests."""
+        self.source = source
+        self.spark_pool = spark_pool
+        self.record = record
+        self.observe = observe
+        self.stopped = False
+        self.unsent = 0
+        self._unsent_lock = threading.Lock()
+        self._last_stats: dict[str, Any] = {}
+        self._last_resume: int | None = None
+        self._calls: dict[int, Callable[[], None]] = {}
+        self._call_ids = itertools.count(1)
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        ctx = multiprocessing.get_context("spawn")
+        mine, theirs = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=child_main, args=(theirs, spec), name=f"lace-la-{spec.query_id}", daemon=True)
+        self.proc.start()
+        theirs.close()
+        self.chan = Channel(mine)
+        self._sender = threading.Thread(target=self._send_loop, name=f"lace-la-send-{spec.query_id}", daemon=True)
+        self._reader = threading.Thread(target=self._read_loop, name=f"lace-la-read-{spec.query_id}", daemon=True)
+        self._sender.start()
+        self._reader.start()
+
+    # ------------------------------------------------------------------ what the runtime calls
+
+    def offer(self, events: list[Event], watermark_us: int | None) -> None:
+        """Hand over accepted events (already archived) and the query's watermark: a queue append."""
+        with self._unsent_lock:
+            self.unsent += len(events)
+        self._outbox.put((events, watermark_us, time.time()))
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` (on a thread of the service) once the child has matched everything offered before it."""
+        token = next(self._call_ids)
+        self._calls[token] = fn
+        self._outbox.put(("call", token))
+
+    def stop(self) -> None:
+        """Stop the child (requests in flight are abandoned: a restart replays them)."""
+        if self.stopped:
+            return
+        self.stopped = True
+        self._outbox.put(None)
+        self._sender.join(timeout=5)
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)
+        self.chan.conn.close()
+
+    def resume_from_us(self) -> int | None:
+        """See :meth:`LiveArchivedWorker.resume_from_us` (the child's; the last one when it is slow to answer)."""
+        if not self.ready.is_set():
+            return self._last_resume
+        try:
+            value = self.chan.request("resume").result(timeout=STATS_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - busy or gone: the last value is still a safe bound
+            return self._last_resume
+        if value is not None:
+            self._last_resume = value
+        return value if value is not None else self._last_resume
+
+    def stats(self) -> dict[str, Any]:
+        """The child's :meth:`LiveArchivedWorker.stats`; ``backlog_events`` includes events not sent yet."""
+        d = self._last_stats or self._empty_stats()
+        if self.ready.is_set():  # before: the child is still starting (registering never waits for it)
+            try:
+                d = self._last_stats = self.chan.request("stats").result(timeout=STATS_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - busy or gone: the last counters
+                pass
+        d = dict(d)
+        d["backlog_events"] = d.get("backlog_events", 0) + self.unsent
+        d["process"] = {"pid": self.proc.pid, "alive": self.proc.is_alive()}
+        return d
+
+    def _empty_stats(self) -> dict[str, Any]:
+        """The counters of a worker that has seen nothing yet (the child is starting)."""
+        from engine.live_archived.counters import RunCounters
+        from engine.matcher import Matcher
+
+        zero = {"p50": 0.0, "p99": 0.0}
+        d = RunCounters(self.algorithm).as_dict()
+        d.update(
+            live_matcher=Matcher(self.plan.live).stats(), pending_instances=0,
+            delay_ms={"n": 0, "event": zero, "wall": zero}, backlog_events=0, requests_in_flight=0,
+            in_flight_instances=0, errors=0, worker_late=0, cpu_s=0.0, requests_merged=0,
+            close_to_commit_ms=zero, requests_answered=0,
+        )
+        return d
+
+    # ------------------------------------------------------------------ threads
+
+    def _send_loop(self) -> None:
+        while True:
+            item = self._outbox.get()
+            if item is None:
+                try:
+                    self.chan.send(("stop",))
+                except (OSError, ValueError):
+                    pass
+                return
+            try:
+                if item[0] == "call":
+                    self.chan.send(item)
+                    continue
+                events, wm, at = item
+                self.chan.send(("events", [(e.id, e.type, e.ts, e.attrs, e.ts_end) for e in events], wm, at))
+                with self._unsent_lock:
+                    self.unsent -= len(events)
+            except (OSError, ValueError):
+                log.error("live-and-archived query %s: its process is gone", self.name)
+                return
+
+    def _read_loop(self) -> None:
+        chan = self.chan
+        while True:
+            try:
+                msg = chan.conn.recv()
+            except (EOFError, OSError):
+                chan.fail_all()
+                if not self.stopped:
+                    log.error("live-and-archived query %s: its process exited (code %s)", self.name,
+                              self.proc.exitcode)
+                return
+            kind = msg[0]
+            if kind == "reply":
+                chan.resolve(msg[1], msg[2], msg[3])
+            elif kind == "ready":
+                self.ready.set()
+            elif kind == "rpc":
+                _, rid, what, args = msg
+                if what == "record":  # not on the Spark pool: a commit never waits behind a Spark job
+                    answer = functools.partial(self._record, *args)
+                    threading.Thread(target=chan.reply, args=(rid, answer), daemon=True).start()
+                else:
+                    self.spark_pool.submit(chan.reply, rid, functools.partial(self._archive, what, *args))
+            elif kind == "called":
+                fn = self._calls.pop(msg[1], None)
+                if fn is not None:  # on a thread of its own: fn may ask the child for its stats
+                    threading.Thread(target=fn, daemon=True).start()
+
+    def _record(self, docs: list[dict[str, Any]]) -> int:
+        self.record(self.query_id, [JsonMatch(d) for d in docs])
+        return len(docs)
+
+    def _archive(self, what: str, *args: Any) -> Any:
+        started = time.perf_counter()
+        if what == "extract":
+            types, keys, ranges, key_attr = args
+            table, keep = self.source.extract_table(types, keys, ranges, key_attr=key_attr)
+            if self.observe is not None:
+                self.observe(time.perf_counter() - started)
+            return (_to_ipc(table) if table is not None else None), keep
+        if what == "count":
+            types, keys, rng, key_attr = args
+            return self.source.count(types, keys, rng, key_attr=key_attr)
+        if what == "selectivity":
+            side, rng = args
+            return self.source.selectivity(self.plan.live if side == "live" else self.plan.archived, rng)
+        raise ValueError(f"unknown request {what!r}")
+
+
+def _to_ipc(table: Any) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+# ---------------------------------------------------------------------------------------- child side
+
+
+class RemoteSource:
+    """The child's :class:`engine.live_archived.source.ArchiveSource`: requests answered by the service's Spark."""
+
+    def __init__(self, chan: Channel, plan: LiveArchivedPlan) -> None:
+        self.chan = chan
+        self.plan = plan
+
+    def extract(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+    ) -> list[Event]:
+        """One Spark job in the service; the Arrow rows become events here (only the requested keys)."""
+        import pyarrow as pa
+
+        from archive.archived_source import keep_requested
+        from archive.schema import output_to_events
+
+        rs: Any = {k: list(v) for k, v in ranges.items()} if isinstance(ranges, dict) else list(ranges)
+        data, keep = self.chan.request(
+            "extract", list(types), None if keys is None else list(keys), rs, key_attr
+        ).result()
+        if data is None:
+            return []
+        events = output_to_events(pa.ipc.open_stream(data).read_all())
+        return events if keep is None else keep_requested(events, keep, key_attr)
+
+    def count(
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
+    ) -> int:
+        return int(
+            self.chan.request("count", list(types), None if keys is None else list(keys), range, key_attr).result()
+        )
+
+    def selectivity(self, query: Any, range: Range) -> float:
+        side = "live" if query is self.plan.live else "archived"
+        return float(self.chan.request("selectivity", side, range).result())
+
+
+def child_main(conn: Connection, spec: ChildSpec) -> None:
+    """The child process: build the runner and a :class:`LiveArchivedWorker`, serve the pipe until it closes."""
+    logging.basicConfig(level=spec.log_level, format=f"%(asctime)s lace-la-{spec.query_id} %(levelname)s %(message)s")
+    from engine.detector import make_detector
+    from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
+
+    chan = Channel(conn)
+    plan = LiveArchivedPlan(spec.ast, spec.schemas)
+    source = RemoteSource(chan, plan)
+    pm_store = None
+    if spec.pm_store_url is not None and spec.pm_capacity is not None:
+        from service.db.pm_store import SqlPartialMatchStore
+
+        pm_store = SqlPartialMatchStore(spec.pm_store_url, migrate=False)
+
+    def make_runner(defer: Any) -> Any:
+        return make_detector(
+            plan,
+            source=source,
+            algorithm=spec.algorithm,
+            tolerance_us=spec.tolerance_us,
+            allowed_lateness_us=spec.allowed_lateness_us,
+            defer=defer,
+            pm_capacity=spec.pm_capacity,
+            pm_policy=spec.pm_policy or "stpm",
+            pm_store=pm_store,
+            pm_query_id=spec.pm_query_id,
+        )
+
+    def record(_query_id: int, matches: list[Match]) -> None:
+        chan.request("record", [m.to_json() for m in matches]).result()  # raises: the worker retries
+
+    lookups = ArchiveLookups(spec.lookup_workers)
+    worker = LiveArchivedWorker(
+        query_id=spec.query_id,
+        name=spec.name,
+        plan=plan,
+        make_runner=make_runner,
+        lookups=lookups,
+        record=record,
+        lateness_us=spec.lateness_us,
+    )
+    control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-la-control")
+    chan.send(("ready",))
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break  # the service is gone
+        kind = msg[0]
+        if kind == "events":
+            _, rows, wm, at = msg
+            worker.offer([Event(*r) for r in rows], wm, offered_at=at)
+        elif kind == "reply":
+            chan.resolve(msg[1], msg[2], msg[3])
+        elif kind == "rpc":
+            _, rid, what, _args = msg
+            fn = worker.stats if what == "stats" else worker.resume_from_us
+            control.submit(chan.reply, rid, fn)
+        elif kind == "call":
+            worker.call(functools.partial(chan.send, ("called", msg[1])))
+        elif kind == "stop":
+            break
+    worker.stopped = True
+    chan.fail_all()
+    os._exit(0)  # daemon threads may wait on the pipe or the pool: leave at once
+
+
+__all__ = ["ChildSpec", "ProcessWorker", "RemoteSource", "child_main"]
