@@ -25,6 +25,22 @@ def parse_time_us(text: str) -> int:
     return parse_iso_us(text)
 
 
+def parse_range_us(from_: str, to: str) -> tuple[int, int]:
+    """``--from`` / ``--to`` as ``(lo, hi)`` int microseconds UTC; a one-line CLI error when either is unreadable
+    or ``to`` is not after ``from``."""
+    try:
+        from_us = parse_time_us(from_)
+    except ValueError as e:
+        fail(f"--from: {e}")
+    try:
+        to_us = parse_time_us(to)
+    except ValueError as e:
+        fail(f"--to: {e}")
+    if to_us <= from_us:
+        fail("--to must be after --from")
+    return from_us, to_us
+
+
 @app.command()
 def backfill(
     query: Annotated[Path, typer.Option("--query", "-q", help="LQL query file (live, or live-and-archived).")],
@@ -36,16 +52,7 @@ def backfill(
 ) -> None:
     """Evaluate a query over archived history [from, to) on Spark; one JSON object per match."""
     text = read_text(query)
-    try:
-        from_us = parse_time_us(from_)
-    except ValueError as e:
-        fail(f"--from: {e}")
-    try:
-        to_us = parse_time_us(to)
-    except ValueError as e:
-        fail(f"--to: {e}")
-    if to_us <= from_us:
-        fail("--to must be after --from")
+    from_us, to_us = parse_range_us(from_, to)
     if not archive.is_dir():
         fail(f"{archive}: no such archive directory")
     if shutil.which("java") is None:

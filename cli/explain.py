@@ -45,18 +45,31 @@ def explain(
     push_down: Annotated[
         bool, typer.Option("--push-down/--no-push-down", help="Push conjuncts down to the earliest edge.")
     ] = True,
+    archive: Annotated[
+        Path | None,
+        typer.Option("--archive", "-a", help="Archive root: run the candidate plans over [--from, --to) on Spark."),
+    ] = None,
+    from_: Annotated[
+        str | None, typer.Option("--from", help="With --archive: start (inclusive), ISO-8601 with offset or epoch ms.")
+    ] = None,
+    to: Annotated[
+        str | None, typer.Option("--to", help="With --archive: end (exclusive), ISO-8601 with offset or epoch ms.")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
         TsUnitChoice.auto
     ),
 ) -> None:
     """Show a live query's NFA plan: per node its conjuncts in evaluation order, the estimated input rate, pass
-    probability and cost (004's formula 10), and with --events the counts measured over that file."""
+    probability and cost (004's formula 10), and with --events the counts measured over that file. With
+    --archive/--from/--to (EXPLAIN ... USING ARCHIVE) the candidate plans run over that archive slice, read on
+    Spark, and the plan shown is the one with the least measured CPU time."""
     text = read_text(query)
     est = _load_json_map(estimates, "--estimates") if estimates is not None else None
     rate_map = _load_json_map(rates, "--rates") if rates is not None else None
     if events is not None and not events.is_file():
         fail(f"{events}: no such file")
+    using = _archive_slice(archive, from_, to, events)
 
     from engine.compiler import compile_query
     from engine.lql.errors import QueryError
@@ -79,14 +92,77 @@ def explain(
             fail(str(e))
         except OSError as e:
             fail(f"{events}: {e.strerror or e}")
+    trial = None
+    if using is not None:
+        trial, compiled = _trial(query, text, compiled, *using)
     try:
-        result = explain_query(compiled, events=sample, rates=rate_map, keys=keys)
+        if trial is not None:
+            k = trial["keys"]
+            result = explain_query(compiled, rates={t: r * k for t, r in trial["rates"].items()}, keys=k)
+        else:
+            result = explain_query(compiled, events=sample, rates=rate_map, keys=keys)
     except ValueError as e:
         fail(str(e))
+    result["trial"] = trial
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
         typer.echo(render(result))
+
+
+def _archive_slice(
+    archive: Path | None, from_: str | None, to: str | None, events: Path | None
+) -> tuple[Path, int, int] | None:
+    """(root, from us, to us) of ``--archive --from --to``, or None without ``--archive``."""
+    if archive is None:
+        if from_ is not None or to is not None:
+            fail("--from and --to need --archive")
+        return None
+    if events is not None:
+        fail("--archive and --events are alternatives: give one")
+    if from_ is None or to is None:
+        fail("--archive needs --from and --to (the slice [from, to) the candidate plans run over)")
+    from cli.backfill import parse_range_us
+
+    lo, hi = parse_range_us(from_, to)
+    if not archive.is_dir():
+        fail(f"{archive}: no such archive directory")
+    return archive, lo, hi
+
+
+def _trial(query: Path, text: str, compiled: Any, root: Path, lo: int, hi: int) -> tuple[dict[str, Any], Any]:
+    """Read the slice on Spark, run the candidate plans (:mod:`engine.nfa.plan_trial`), compile the winner."""
+    import dataclasses
+    import shutil
+
+    if shutil.which("java") is None:
+        fail("lace explain --archive needs Java 17 on PATH (Spark reads the archive)")
+    from datetime import UTC, datetime
+
+    from archive.archived_source import LazyArchiveSource
+    from engine.compiler import compile_query
+    from engine.lql.ast import PatternQuery
+    from engine.lql.parser import parse
+    from engine.nfa.plan_trial import trial_plans
+
+    parsed = parse(text)
+    assert isinstance(parsed, PatternQuery)  # compile_query accepted it
+    ast = dataclasses.replace(parsed, strategy=compiled.strategy)  # --strategy
+    try:
+        events = LazyArchiveSource(root).extract(sorted(compiled.types), None, [(lo, hi)])
+    except Exception as e:  # noqa: BLE001 - Spark or Delta: the user's archive or setup, reported in one line
+        fail(f"{root}: the archive could not be read ({type(e).__name__}: {e})")
+    trial = trial_plans(ast, events)
+    trial.update({k: datetime.fromtimestamp(us / 1e6, UTC).isoformat() for k, us in (("from", lo), ("to", hi))})
+    chosen = next((c for c in trial["candidates"] if c["name"] == trial["chosen"]), None)
+    if chosen is not None:
+        compiled = compile_query(
+            dataclasses.replace(ast, plan=chosen["plan_kind"]),
+            estimates=trial["estimates"],
+            order=chosen["order"],
+            rates=trial["rates"],
+        )
+    return trial, compiled
 
 
 def _num(x: float | None, digits: int = 1) -> str:
@@ -111,6 +187,18 @@ def render(result: dict[str, Any]) -> str:
             "" if s["duration_s"] is None else f"; {_num(s['duration_s'], 2)} s",
         ),
     ]
+    trial = result.get("trial")
+    if trial is not None:
+        lines.append(
+            f"plan trial over the archive [{trial['from']}, {trial['to']}): {trial['events']:,} events, "
+            f"{trial['keys']} key(s); chosen: {trial['chosen']}"
+        )
+        for c in trial["candidates"]:
+            tree = f" {c['tree']}" if c["tree"] else ""
+            lines.append(
+                f"  {'*' if c['name'] == trial['chosen'] else ' '} {c['name']:<13}{tree}  cpu {c['cpu_s']:.4f} s "
+                f"(best of {c['runs']})  {_num(c['events_per_s'], 0)} ev/s  {c['matches']} matches"
+            )
     if result["measured_matches"] is not None:
         lines.append(f"measured matches: {result['measured_matches']}")
     for plan in result["plans"]:

@@ -5,11 +5,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import json_int_type
+from service.schemas.common import WireTs, json_int_type
 from service.schemas.resources import QueryText
 
 MAX_EXPLAIN_EVENTS = 100_000
 """Events a ``POST /queries/explain`` body may carry."""
+MAX_TRIAL_EVENTS = 2_000_000
+"""Archived events a plan trial (``using_archive``) may read."""
+
+
+class ArchiveSlice(BaseModel):
+    """``[from, to)`` of the archive: the candidate plans run over its events (``EXPLAIN ... USING ARCHIVE``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: WireTs = Field(alias="from", description="Start (inclusive): ISO-8601 with offset, or epoch milliseconds")
+    to: WireTs = Field(description="End (exclusive): ISO-8601 with offset, or epoch milliseconds")
 
 
 class ExplainRequest(BaseModel):
@@ -43,6 +54,12 @@ class ExplainRequest(BaseModel):
     rates: dict[str, float] | None = Field(None, description="Events per second per type, when no events are given.")
     keys: json_int_type(1, 1 << 40) = Field(1, description="Partition keys, when no events are given.")  # type: ignore[valid-type]
     push_down: bool = Field(True, description="Push conjuncts down to the earliest NFA edge (false: all at the end).")
+    using_archive: ArchiveSlice | None = Field(
+        None,
+        description="Run the candidate plans over the archived events of [from, to) (read through Spark, at most "
+        f"{MAX_TRIAL_EVENTS:,} events) and pick the one with the least measured CPU time; the plan shown is then "
+        "compiled with the pass probabilities measured there (see trial).",
+    )
 
 
 class ExplainConjunct(BaseModel):
@@ -95,6 +112,32 @@ class ExplainStream(BaseModel):
     source: str = Field(description="events, rates or default")
 
 
+class TrialCandidate(BaseModel):
+    name: str = Field(description="nfa/declared, nfa/cost or tree")
+    plan_kind: str
+    order: str = Field(description="declared (WHERE order) or cost (ascending cost / (1 - p))")
+    tree: str | None = None
+    runs: int
+    cpu_s: float = Field(description="CPU seconds of the best run over the slice")
+    events_per_s: float | None = None
+    matches: int
+
+
+class PlanTrial(BaseModel):
+    """Candidate plans measured over an archive slice (``using_archive``)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str = Field(alias="from")
+    to: str
+    events: int = Field(description="Archived events of the query's types in the slice")
+    keys: int = Field(description="Partition keys seen in the slice")
+    estimates: dict[str, float] = Field(description="Pass probability per conjunct, measured over the slice")
+    rates: dict[str, float] = Field(description="Events per second per type and partition key over the slice")
+    candidates: list[TrialCandidate]
+    chosen: str | None = Field(description="The candidate with the least measured CPU time")
+
+
 class ExplainResult(BaseModel):
     """The plans of a live query with the cost model's estimates (and measured counts with events)."""
 
@@ -105,3 +148,4 @@ class ExplainResult(BaseModel):
     stream: ExplainStream
     plans: list[ExplainPlan]
     measured_matches: int | None = None
+    trial: PlanTrial | None = Field(None, description="With using_archive: the candidate plans measured there")

@@ -1,6 +1,8 @@
 """``POST /queries/explain``: the plan and cost model of a live query, with measured counts over sample events."""
 from __future__ import annotations
 
+import pytest
+
 from tests.service.conftest import Service
 from tests.service.test_api_e2e import ev, make_type
 
@@ -36,3 +38,31 @@ def test_explain_bad_input_names_the_field(service: Service, t0: int) -> None:
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.estimates"
         r = c.post("/queries/explain", json={"text": text + " STRATEGY skip_till_next_match", "push_down": False})
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.push_down"
+
+
+@pytest.mark.slow
+def test_explain_using_archive_runs_the_candidate_plans_over_the_slice_and_picks_one(service: Service, t0: int) -> None:
+    """``EXPLAIN ... USING ARCHIVE [from, to)``: the slice is read through the service's Spark session, every
+    candidate plan finds the same matches there, and the plan shown is the cheapest one measured."""
+    with service.client() as c:
+        a, b = make_type(c), make_type(c)
+        events = []
+        for i in range(300):  # a rises by 1 per event; b drops every third event
+            events.append(ev(a, t0 + 10 * i, "A", float(i)))
+            events.append(ev(b, t0 + 10 * i + 5, "A", float(i % 3)))
+        assert c.post("/events", json=events).json()["accepted"] == 600
+        text = f"PATTERN SEQ({a} x, {b} y) WHERE y.price < 1 AND x.price >= 290 PARTITION BY symbol WITHIN 1 s"
+        # brute force: x at 10i (i >= 290), y at 10j + 5 with j >= i, j % 3 == 0, within 1 s
+        want = sum(1 for i in range(290, 300) for j in range(i, 300) if j % 3 == 0)
+        r = c.post("/queries/explain", json={"text": text, "using_archive": {"from": t0, "to": t0 + 3_000}})
+        assert r.status_code == 200, r.text
+        trial = r.json()["trial"]
+        assert trial["events"] == 600 and trial["keys"] == 1
+        names = [x["name"] for x in trial["candidates"]]
+        assert names == ["nfa/declared", "nfa/cost", "tree"]
+        assert {x["matches"] for x in trial["candidates"]} == {want}
+        best = min(trial["candidates"], key=lambda x: x["cpu_s"])
+        assert trial["chosen"] == best["name"] and r.json()["plan_kind"] == best["plan_kind"]
+        assert trial["estimates"]["x.price >= 290"] == pytest.approx(10 / 300)
+        r = c.post("/queries/explain", json={"text": text, "using_archive": {"from": t0, "to": t0}})
+        assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.using_archive.to"

@@ -8,6 +8,7 @@ Bad LQL is a 422 with the line and column; options that do not fit the query a 4
 """
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Response
@@ -32,8 +33,8 @@ from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
 from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
-from service.schemas.common import ERRORS, Id, iso
-from service.schemas.plans import ExplainRequest, ExplainResult
+from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
+from service.schemas.plans import MAX_TRIAL_EVENTS, ExplainRequest, ExplainResult
 from service.schemas.resources import (
     Delays,
     LiveArchivedStats,
@@ -48,6 +49,7 @@ from service.schemas.resources import (
 
 AnyStatement = Statement | RuleStatement
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/queries", tags=["queries"], responses=ERRORS)  # type: ignore[arg-type]
 
 
@@ -361,11 +363,72 @@ def explain_query(body: ExplainRequest, runtime: RuntimeDep, _: ReadKey) -> Expl
             except EventInvalid as e:
                 raise ApiError(422, e.reason, f"body.events[{i}]" + (f".{e.field}" if e.field else "")) from None
             sample.append(Event(eid if eid is not None else i, spec.name, ts, attrs, ts_end))
+    trial = None
+    if body.using_archive is not None:
+        trial, compiled = _plan_trial(body, runtime, compiled)
     try:
-        result = explain(compiled, events=sample, rates=body.rates, keys=body.keys)
+        if trial is not None:  # the chosen plan, its model fed with the slice's rates
+            keys = trial["keys"]
+            result = explain(compiled, rates={t: r * keys for t, r in trial["rates"].items()}, keys=keys)
+        else:
+            result = explain(compiled, events=sample, rates=body.rates, keys=body.keys)
     except ValueError as e:
         raise ApiError(422, str(e), "body.rates") from None
-    return ExplainResult.model_validate(result)
+    return ExplainResult.model_validate({**result, "trial": trial})
+
+
+def _plan_trial(body: ExplainRequest, runtime: LiveRuntime, compiled: CompiledQuery) -> tuple[dict[str, Any], Any]:
+    """``EXPLAIN ... USING ARCHIVE [from, to)`` (issue 16): read the slice through Spark, run the candidate plans
+    over it (:mod:`engine.nfa.plan_trial`) and compile the query as the winner. Returns (trial, compiled)."""
+    import dataclasses
+
+    from engine.compiler import compile_query
+    from engine.lql.ast import PatternQuery
+    from engine.lql.parser import parse
+    from engine.nfa.plan_trial import trial_plans
+
+    assert body.using_archive is not None
+    where = "body.using_archive"
+    try:
+        lo = parse_wire_ts(body.using_archive.from_)
+    except ValueError as e:
+        raise ApiError(422, str(e), f"{where}.from") from None
+    try:
+        hi = parse_wire_ts(body.using_archive.to)
+    except ValueError as e:
+        raise ApiError(422, str(e), f"{where}.to") from None
+    if hi <= lo:
+        raise ApiError(422, "must be after from", f"{where}.to")
+    source = runtime.source
+    if source is None:
+        raise ApiError(409, "a plan trial reads the archive; it is off (LACE_ARCHIVE_ENABLED=false)", where)
+    types = sorted(t for t in compiled.types if t in runtime.types)
+    try:
+        n = source.count(types, None, (lo, hi)) if types else 0
+        if n > MAX_TRIAL_EVENTS:
+            reason = f"the slice holds {n:,} events of the query's types; at most {MAX_TRIAL_EVENTS:,}: narrow it"
+            raise ApiError(422, reason, where)
+        events = source.extract(types, None, [(lo, hi)]) if n else []
+    except ApiError:
+        raise
+    except Exception as e:  # Spark or Delta failed: the request can be retried
+        log.exception("plan trial: reading the archive failed")
+        raise ApiError(503, f"the archive could not be read: {type(e).__name__}", where) from None
+    schemas = runtime.schemas()
+    ast = parse(body.text, schemas)
+    assert isinstance(ast, PatternQuery)  # compile_query accepted it: a live-only pattern query
+    trial = trial_plans(ast, events, schemas)
+    trial.update({"from": iso(lo), "to": iso(hi)})
+    chosen = next((c for c in trial["candidates"] if c["name"] == trial["chosen"]), None)
+    if chosen is not None:
+        compiled = compile_query(
+            dataclasses.replace(ast, plan=chosen["plan_kind"]),
+            schemas,
+            estimates=trial["estimates"],
+            order=chosen["order"],
+            rates=trial["rates"],
+        )
+    return trial, compiled
 
 
 Kind = Literal["live", "live_archived", "filter", "aggregate", "interval"]
