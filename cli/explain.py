@@ -140,10 +140,9 @@ def _trial(query: Path, text: str, compiled: Any, root: Path, lo: int, hi: int) 
     from datetime import UTC, datetime
 
     from archive.archived_source import LazyArchiveSource
-    from engine.compiler import compile_query
     from engine.lql.ast import PatternQuery
     from engine.lql.parser import parse
-    from engine.nfa.plan_trial import trial_plans
+    from engine.nfa.plan_trial import compile_chosen, plan_choice, trial_plans
 
     parsed = parse(text)
     assert isinstance(parsed, PatternQuery)  # compile_query accepted it
@@ -154,15 +153,8 @@ def _trial(query: Path, text: str, compiled: Any, root: Path, lo: int, hi: int) 
         fail(f"{root}: the archive could not be read ({type(e).__name__}: {e})")
     trial = trial_plans(ast, events)
     trial.update({k: datetime.fromtimestamp(us / 1e6, UTC).isoformat() for k, us in (("from", lo), ("to", hi))})
-    chosen = next((c for c in trial["candidates"] if c["name"] == trial["chosen"]), None)
-    if chosen is not None:
-        compiled = compile_query(
-            dataclasses.replace(ast, plan=chosen["plan_kind"]),
-            estimates=trial["estimates"],
-            order=chosen["order"],
-            rates=trial["rates"],
-        )
-    return trial, compiled
+    choice = plan_choice(trial)
+    return trial, (compiled if choice is None else compile_chosen(ast, None, choice))
 
 
 def _num(x: float | None, digits: int = 1) -> str:

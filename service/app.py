@@ -95,8 +95,10 @@ def _open_pm_store(settings: Settings) -> Any:
 
 def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessionmaker[Session], LiveRuntime]:
     """Open the stores and rebuild the live runtime (blocking; run in a thread)."""
+    from engine.compiler import CompiledQuery
     from engine.detector import compile_statement
     from engine.lql.errors import QueryError
+    from engine.nfa.plan_trial import compile_chosen
 
     engine = make_engine(settings.sqlalchemy_url)
     sessions = make_session_factory(engine)
@@ -141,6 +143,8 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     for q in query_rows:
         try:
             compiled = compile_statement(q.text, runtime.schemas())
+            if q.plan_choice and isinstance(compiled, CompiledQuery):  # the plan its trial chose (issue 16)
+                compiled = compile_chosen(compiled.ast, runtime.schemas(), q.plan_choice)
             runtime.start_query(
                 query_id=q.id,
                 name=q.name,

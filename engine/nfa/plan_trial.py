@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from engine.compiler import compile_query
+from engine.compiler import CompiledQuery, compile_query
 from engine.events import Event
 from engine.lql.ast import PatternQuery, Schema
 from engine.lql.errors import QueryError
@@ -148,3 +148,36 @@ def trial_plans(
         "candidates": candidates,
         "chosen": chosen,
     }
+
+
+def plan_choice(trial: dict[str, Any]) -> dict[str, Any] | None:
+    """What a query keeps of a trial to be compiled as its winner: ``{"chosen", "plan_kind", "order",
+    "estimates", "rates"}`` (JSON-ready; stored with a registered query), or None when nothing ran."""
+    chosen = next((c for c in trial["candidates"] if c["name"] == trial["chosen"]), None)
+    if chosen is None:
+        return None
+    return {
+        "chosen": chosen["name"],
+        "plan_kind": chosen["plan_kind"],
+        "order": chosen["order"],
+        "estimates": dict(trial["estimates"]),
+        "rates": dict(trial["rates"]),
+    }
+
+
+def compile_chosen(query: PatternQuery, schemas: Schema | None, choice: dict[str, Any]) -> CompiledQuery:
+    """Compile ``query`` as the plan :func:`plan_choice` describes: its plan kind, conjunct order, and the
+    slice's pass probabilities and rates (the online planner re-orders from there as rates drift).
+
+    Raises
+    ------
+    QueryError
+        When the query no longer compiles against ``schemas``.
+    """
+    return compile_query(
+        dataclasses.replace(query, plan=choice["plan_kind"]),
+        schemas,
+        estimates=choice.get("estimates") or None,
+        order=choice.get("order", "cost"),
+        rates=choice.get("rates") or None,
+    )

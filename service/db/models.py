@@ -80,6 +80,7 @@ class QueryRow(Base):
     pm_policy: Mapped[str | None] = mapped_column(String(8))  # stpm | tpm (None: LACE_PM_POLICY)
     resume_from_us: Mapped[int | None] = mapped_column(BigInteger)
     counters: Mapped[dict[str, float] | None] = mapped_column(JSON)
+    plan_choice: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a plan trial's winner (issue 16)
     """Totals since the query was created or updated (events, matches, late, cpu_s, ...): kept across restarts."""
     """Live-and-archived: restart replay starts no later than this ts (no live instance before it is unanswered)."""
     active_since_us: Mapped[int] = mapped_column(BigInteger)

@@ -5,22 +5,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import WireTs, json_int_type
-from service.schemas.resources import QueryText
+from service.schemas.common import json_int_type
+from service.schemas.resources import ArchiveSlice, QueryText
 
 MAX_EXPLAIN_EVENTS = 100_000
 """Events a ``POST /queries/explain`` body may carry."""
 MAX_TRIAL_EVENTS = 2_000_000
 """Archived events a plan trial (``using_archive``) may read."""
-
-
-class ArchiveSlice(BaseModel):
-    """``[from, to)`` of the archive: the candidate plans run over its events (``EXPLAIN ... USING ARCHIVE``)."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    from_: WireTs = Field(alias="from", description="Start (inclusive): ISO-8601 with offset, or epoch milliseconds")
-    to: WireTs = Field(description="End (exclusive): ISO-8601 with offset, or epoch milliseconds")
 
 
 class ExplainRequest(BaseModel):

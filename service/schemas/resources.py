@@ -17,7 +17,7 @@ from pydantic import (
 from archive.schema import RESERVED
 from engine.options import Algorithm, PmPolicy
 from service.core.security import Scope
-from service.schemas.common import Id, Name, json_int_type
+from service.schemas.common import Id, Name, WireTs, json_int_type
 
 AttrType = Literal["string", "int", "float", "bool", "timestamp"]
 AttrValue = str | int | float | bool | None
@@ -142,6 +142,15 @@ class EventTypePublic(BaseModel):
 # ---------------------------------------------------------------- queries
 
 
+class ArchiveSlice(BaseModel):
+    """``[from, to)`` of the archive: the candidate plans run over its events (``EXPLAIN ... USING ARCHIVE``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: WireTs = Field(alias="from", description="Start (inclusive): ISO-8601 with offset, or epoch milliseconds")
+    to: WireTs = Field(description="End (exclusive): ISO-8601 with offset, or epoch milliseconds")
+
+
 class QueryOptions(_In):
     """How a query runs: live-and-archived algorithm and ``T_L``, partial-match budget and policy."""
 
@@ -160,6 +169,13 @@ class QueryOptions(_In):
     )
     pm_policy: Annotated[PmPolicy, Field(strict=False)] | None = Field(
         None, description="stpm or tpm: which partial matches spill first."
+    )
+    plan_trial: ArchiveSlice | None = Field(
+        None,
+        description="Live pattern queries only (EXPLAIN ... USING ARCHIVE at registration): before the query sees "
+        "a live event, run its candidate plans over the archived events of [from, to) on Spark and start it as "
+        "the one with the least measured CPU time (kept as plan_choice; the request waits for the trial). "
+        "PUT without it drops an earlier choice.",
     )
 
 
@@ -288,6 +304,11 @@ class QueryPublic(BaseModel):
     created_at: str
     updated_at: str
     stats: QueryStats | None = None
+    plan_choice: dict[str, Any] | None = Field(
+        None,
+        description="After plan_trial: the chosen candidate (chosen, plan_kind, order) and the slice's pass "
+        "probabilities (estimates) and rates it was compiled with.",
+    )
     warm: dict[str, int] | None = Field(
         None,
         description="After ?state=warm: history events fed from the archive, results they completed, and "

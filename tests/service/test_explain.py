@@ -66,3 +66,30 @@ def test_explain_using_archive_runs_the_candidate_plans_over_the_slice_and_picks
         assert trial["estimates"]["x.price >= 290"] == pytest.approx(10 / 300)
         r = c.post("/queries/explain", json={"text": text, "using_archive": {"from": t0, "to": t0}})
         assert r.status_code == 422 and r.json()["detail"][0]["field"] == "body.using_archive.to"
+
+
+@pytest.mark.slow
+def test_a_query_registered_with_plan_trial_starts_as_the_chosen_plan_and_keeps_it(service: Service, t0: int) -> None:
+    """POST /queries with ``plan_trial`` runs the trial before the query sees a live event, keeps the choice
+    across pause/resume, matches exactly, and a PUT without it goes back to the default plan."""
+    with service.client() as c:
+        a, b = make_type(c), make_type(c)
+        history = [ev(a, t0 + 10 * i, "A", float(i)) for i in range(50)]
+        history += [ev(b, t0 + 10 * i + 5, "A", float(i % 2)) for i in range(50)]
+        assert c.post("/events", json=history).json()["accepted"] == 100
+        text = f"PATTERN SEQ({a} x, {b} y) WHERE y.price < 1 AND x.price >= 0 PARTITION BY symbol WITHIN 1 s"
+        r = c.post("/queries", json={"text": text, "name": f"trial_{a}", "plan_trial": {"from": t0, "to": t0 + 500}})
+        assert r.status_code == 201, r.text
+        q = r.json()
+        choice = q["plan_choice"]
+        assert choice["chosen"] in ("nfa/declared", "nfa/cost", "tree")
+        assert choice["estimates"]["y.price < 1"] == pytest.approx(0.5, abs=0.05)  # per (x, y) pair evaluated
+        assert c.post(f"/queries/{q['id']}/pause").status_code == 200
+        assert c.post(f"/queries/{q['id']}/resume").json()["plan_choice"] == choice
+        live = [ev(a, t0 + 2_000, "A", 7.0), ev(b, t0 + 2_100, "A", 0.0), ev(b, t0 + 2_200, "A", 0.0)]
+        assert c.post("/events", json=live).json()["matches"] == 2  # x then each of the two y
+        r = c.put(f"/queries/{q['id']}", json={"text": text})
+        assert r.status_code == 200 and r.json()["plan_choice"] is None
+        rule = f"FILTER {a} s DROP WHEN s.price < 0"
+        bad = c.post("/queries", json={"text": rule, "plan_trial": {"from": 1, "to": 2}})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "body.plan_trial"

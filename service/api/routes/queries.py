@@ -36,6 +36,7 @@ from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
 from service.schemas.plans import MAX_TRIAL_EVENTS, ExplainRequest, ExplainResult
 from service.schemas.resources import (
+    ArchiveSlice,
     Delays,
     LiveArchivedStats,
     QueryCreate,
@@ -127,6 +128,7 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
         stats=None if lq is None else _stats(lq),
+        plan_choice=row.plan_choice,
         warm=None,
         totals=lq.totals() if lq is not None else dict(row.counters or {}),
     )
@@ -156,6 +158,29 @@ def compile_text(text: str, runtime: LiveRuntime) -> AnyStatement:
         raise ApiError(422, e.reason, "body.text", line=e.line, column=e.column) from None
     except RecursionError:
         raise ApiError(422, "the query is nested too deeply", "body.text", line=0, column=0) from None
+
+
+def compile_row(row: QueryRow, runtime: LiveRuntime) -> AnyStatement:
+    """A registered query's statement, compiled as its plan trial chose (``plan_choice``) when it has one."""
+    compiled = compile_text(row.text, runtime)
+    if row.plan_choice and isinstance(compiled, CompiledQuery):
+        from engine.nfa.plan_trial import compile_chosen
+
+        return compile_chosen(compiled.ast, runtime.schemas(), row.plan_choice)
+    return compiled
+
+
+def _trial_for(
+    body: QueryCreate | QueryUpdate, compiled: AnyStatement, runtime: LiveRuntime
+) -> tuple[AnyStatement, dict[str, Any] | None]:
+    """``plan_trial`` of POST/PUT /queries: (the statement compiled as the trial's winner, the choice to keep);
+    ``(compiled, None)`` without one. Runs before the ingest lock is taken (Spark may take a while)."""
+    if body.plan_trial is None:
+        return compiled, None
+    if not isinstance(compiled, CompiledQuery):
+        raise ApiError(422, "plan_trial applies to live pattern queries (PATTERN ...) only", "body.plan_trial")
+    trial, chosen = run_plan_trial(body.text, body.plan_trial, runtime, compiled, "body.plan_trial")
+    return chosen, trial["choice"]
 
 
 def _apply_options(row: QueryRow, body: QueryOptions, statement: AnyStatement, runtime: LiveRuntime) -> None:
@@ -291,6 +316,7 @@ def create_query(
     emit_history: HistoryParam = False,
 ) -> QueryPublic:
     compiled = compile_text(body.text, runtime)
+    compiled, choice = _trial_for(body, compiled, runtime)
     name = body.name or compiled.name
     if not name:
         raise ApiError(422, "give the query a NAME clause or a name field", "body.name")
@@ -307,6 +333,7 @@ def create_query(
             types=sorted(compiled.stream_types),
             window_us=_window_us(compiled),
             version=1,
+            plan_choice=choice,
             active_since_us=t,
             created_at_us=t,
             updated_at_us=t,
@@ -365,7 +392,7 @@ def explain_query(body: ExplainRequest, runtime: RuntimeDep, _: ReadKey) -> Expl
             sample.append(Event(eid if eid is not None else i, spec.name, ts, attrs, ts_end))
     trial = None
     if body.using_archive is not None:
-        trial, compiled = _plan_trial(body, runtime, compiled)
+        trial, compiled = run_plan_trial(body.text, body.using_archive, runtime, compiled, "body.using_archive")
     try:
         if trial is not None:  # the chosen plan, its model fed with the slice's rates
             keys = trial["keys"]
@@ -377,24 +404,22 @@ def explain_query(body: ExplainRequest, runtime: RuntimeDep, _: ReadKey) -> Expl
     return ExplainResult.model_validate({**result, "trial": trial})
 
 
-def _plan_trial(body: ExplainRequest, runtime: LiveRuntime, compiled: CompiledQuery) -> tuple[dict[str, Any], Any]:
+def run_plan_trial(
+    text: str, where_slice: ArchiveSlice, runtime: LiveRuntime, compiled: CompiledQuery, where: str
+) -> tuple[dict[str, Any], CompiledQuery]:
     """``EXPLAIN ... USING ARCHIVE [from, to)`` (issue 16): read the slice through Spark, run the candidate plans
-    over it (:mod:`engine.nfa.plan_trial`) and compile the query as the winner. Returns (trial, compiled)."""
-    import dataclasses
-
-    from engine.compiler import compile_query
+    over it (:mod:`engine.nfa.plan_trial`) and compile the query as the winner. Returns (trial, compiled); the
+    trial's ``choice`` is what a registered query keeps. Errors name ``where`` (the body field of the slice)."""
     from engine.lql.ast import PatternQuery
     from engine.lql.parser import parse
-    from engine.nfa.plan_trial import trial_plans
+    from engine.nfa.plan_trial import compile_chosen, plan_choice, trial_plans
 
-    assert body.using_archive is not None
-    where = "body.using_archive"
     try:
-        lo = parse_wire_ts(body.using_archive.from_)
+        lo = parse_wire_ts(where_slice.from_)
     except ValueError as e:
         raise ApiError(422, str(e), f"{where}.from") from None
     try:
-        hi = parse_wire_ts(body.using_archive.to)
+        hi = parse_wire_ts(where_slice.to)
     except ValueError as e:
         raise ApiError(422, str(e), f"{where}.to") from None
     if hi <= lo:
@@ -415,20 +440,12 @@ def _plan_trial(body: ExplainRequest, runtime: LiveRuntime, compiled: CompiledQu
         log.exception("plan trial: reading the archive failed")
         raise ApiError(503, f"the archive could not be read: {type(e).__name__}", where) from None
     schemas = runtime.schemas()
-    ast = parse(body.text, schemas)
-    assert isinstance(ast, PatternQuery)  # compile_query accepted it: a live-only pattern query
+    ast = parse(text, schemas)
+    assert isinstance(ast, PatternQuery)  # compiled to a CompiledQuery: a live-only pattern query
     trial = trial_plans(ast, events, schemas)
-    trial.update({"from": iso(lo), "to": iso(hi)})
-    chosen = next((c for c in trial["candidates"] if c["name"] == trial["chosen"]), None)
-    if chosen is not None:
-        compiled = compile_query(
-            dataclasses.replace(ast, plan=chosen["plan_kind"]),
-            schemas,
-            estimates=trial["estimates"],
-            order=chosen["order"],
-            rates=trial["rates"],
-        )
-    return trial, compiled
+    choice = plan_choice(trial)
+    trial.update({"from": iso(lo), "to": iso(hi), "choice": choice})
+    return trial, (compiled if choice is None else compile_chosen(ast, schemas, choice))
 
 
 Kind = Literal["live", "live_archived", "filter", "aggregate", "interval"]
@@ -494,6 +511,7 @@ def update_query(
     emit_history: HistoryParam = False,
 ) -> QueryPublic:
     compiled = compile_text(body.text, runtime)
+    compiled, choice = _trial_for(body, compiled, runtime)
     _check_warm(state, compiled, runtime)
     warmed = None
     with runtime.lock:
@@ -502,6 +520,7 @@ def update_query(
         _apply_options(row, body, compiled, runtime)
         _check_flow(session, runtime, compiled, row.id)
         row.text = body.text
+        row.plan_choice = choice  # a new text is a new plan: without plan_trial, the default one
         row.types = sorted(compiled.stream_types)
         row.window_us = _window_us(compiled)
         row.version += 1
@@ -540,7 +559,7 @@ def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) 
         row = _get(session, id)
         if row.state == "active":
             return public(row, runtime)
-        compiled = compile_text(row.text, runtime)
+        compiled = compile_row(row, runtime)
         t = runtime.activation_us()
         row.state = "active"
         row.active_since_us = t
