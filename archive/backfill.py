@@ -60,7 +60,11 @@ if TYPE_CHECKING:
     from archive.reader import ArchiveReader
     from archive.schema import EventType
     from engine.compiler import CompiledQuery
+    from engine.intervals.derive import IntervalStatement
     from engine.live_archived.plan import LiveArchivedPlan
+
+    LiveStatement = CompiledQuery | IntervalStatement
+    """What a backfill runs per key group: a live pattern query, or an INTERVAL statement (issue 15)."""
 
 RESULTS_DIR = "_backfills/results"
 MIN_US = -(1 << 62)
@@ -159,7 +163,7 @@ def _plan(query_text: str) -> LiveArchivedPlan:
 
 
 @functools.lru_cache(maxsize=16)
-def _side(query_text: str, side: str | None) -> tuple[CompiledQuery, Callable[[Any], tuple[str | None, str] | None]]:
+def _side(query_text: str, side: str | None) -> tuple[LiveStatement, Callable[[Any], tuple[str | None, str] | None]]:
     """The compiled pattern of one side and ``encode(match) -> (join key, payload)`` (None: drop the match).
 
     ``side`` None: a live query, payload ``match_line`` (its output line); ``"live"``/``"archived"``:
@@ -169,9 +173,14 @@ def _side(query_text: str, side: str | None) -> tuple[CompiledQuery, Callable[[A
     from engine.io import match_line, match_wire
 
     if side is None:
-        from engine.compiler import compile_query
+        from engine.detector import compile_statement
+        from engine.live_archived.plan import LiveArchivedPlan
+        from engine.rules.filters import CompiledFilter
+        from engine.rules.statements import AggregateStatement
 
-        return compile_query(query_text), lambda m: (None, match_line(m))
+        statement = compile_statement(query_text)  # a pattern query, or INTERVAL (issue 15)
+        assert not isinstance(statement, LiveArchivedPlan | CompiledFilter | AggregateStatement)  # run_backfill checked
+        return statement, lambda m: (None, match_line(m))
     from engine.live_archived.plan import NO_KEY
 
     plan = _plan(query_text)
@@ -206,17 +215,19 @@ def _instances_fn(
 
     def run(table: pa.Table) -> pa.Table:
         from engine.events import Event
+        from engine.intervals.derive import IntervalStatement
         from engine.matcher import Matcher
 
         compiled, encode = _side(query_text, side)
-        matcher = Matcher(compiled)
+        # INTERVAL (issue 15): its deriver, as live (a key group holds whole runs: the statement is per key)
+        matcher = compiled.make_detector(0) if isinstance(compiled, IntervalStatement) else Matcher(compiled)
         if "ts_end" in table.column_names:  # interval types (issue 15): the matcher's order is (ts_end, id)
             ends = pc.coalesce(table.column("ts_end"), table.column("ts"))
             table = table.set_column(table.column_names.index("ts_end"), "ts_end", ends)
             table = table.sort_by([("ts_end", "ascending"), ("id", "ascending")])
         else:
             table = table.sort_by([("ts", "ascending"), ("id", "ascending")])
-        found = []
+        found: list[Any] = []
         push = matcher.push
         for etype, ids, tss, ends_, names, values in _columns(table, attrs_by_type):
             for i, ts, end, vals in zip(ids, tss, ends_, values):
@@ -383,7 +394,7 @@ class _Job:
     views: ExitStack = field(default_factory=ExitStack)
     """Keeps the temporary views of the scans open until the action is done."""
 
-    def instances(self, compiled: CompiledQuery, side: str | None, lo: int, hi: int) -> DataFrame | None:
+    def instances(self, compiled: LiveStatement, side: str | None, lo: int, hi: int) -> DataFrame | None:
         """Instance rows ``(key, start, end, payload)`` of one side over the events in ``[lo, hi)``."""
         from pyspark.sql import functions as F
 
@@ -411,16 +422,19 @@ class _Job:
         self.views.close()
 
 
-def _read_range(compiled: CompiledQuery, from_us: int, to_us: int) -> tuple[int, int]:
+def _read_range(compiled: LiveStatement, from_us: int, to_us: int) -> tuple[int, int]:
     """The events to read for the matches of ``compiled`` that start in ``[from_us, to_us)``: one span
     (:func:`engine.live_archived.plan.live_span_us`) on each side, everything when unbounded."""
+    from engine.intervals.derive import IntervalStatement
     from engine.live_archived.plan import live_span_us
 
+    if isinstance(compiled, IntervalStatement):  # a run has no bound on its length
+        return MIN_US, MAX_US
     span = live_span_us(compiled)
     return (MIN_US, MAX_US) if span is None else (from_us - span, to_us + span)
 
 
-def _live_results(job: _Job, compiled: CompiledQuery, from_us: int, to_us: int) -> DataFrame | None:
+def _live_results(job: _Job, compiled: LiveStatement, from_us: int, to_us: int) -> DataFrame | None:
     from pyspark.sql import functions as F
 
     df = job.instances(compiled, None, *_read_range(compiled, from_us, to_us))
@@ -517,7 +531,8 @@ def run_backfill(
         For a bad query or range, an unknown event type, a cancelled or failed job.
     """
     from engine.compiler import CompiledQuery
-    from engine.detector import compile as compile_statement
+    from engine.detector import compile_statement
+    from engine.intervals.derive import IntervalStatement
     from engine.live_archived.plan import LiveArchivedPlan as Plan
     from engine.lql.errors import QueryError
 
@@ -526,8 +541,8 @@ def run_backfill(
         raise BackfillError(f"empty range: --to ({to_us}) must be after --from ({from_us})")
     try:
         statement = compile_statement(query_text)
-        if not isinstance(statement, (Plan, CompiledQuery)):  # INTERVAL (issue 15): a rule graph statement
-            reason = "backfills run pattern queries; INTERVAL statements run live (lace match, POST /queries)"
+        if not isinstance(statement, (Plan, CompiledQuery, IntervalStatement)):
+            reason = "backfills run pattern queries and INTERVAL statements; FILTER and AGGREGATE run live"
             raise BackfillError(reason)
         # a live-and-archived query needs a second side and a join in Spark
         plan: LiveArchivedPlan | None = statement if isinstance(statement, Plan) else None

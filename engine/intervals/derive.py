@@ -84,6 +84,16 @@ class IntervalStatement:
         return frozenset({self.ast.type})
 
     @property
+    def types(self) -> frozenset[str]:
+        """The event types it reads (as :attr:`CompiledQuery.types`; backfills read them)."""
+        return self.stream_types
+
+    @property
+    def partition_by(self) -> tuple[str, ...]:
+        """PARTITION BY: runs are per key (as :attr:`CompiledQuery.partition_by`; backfills group by it)."""
+        return self.ast.partition_by
+
+    @property
     def window_us(self) -> int | None:
         return None  # a run has no bound on its length
 
