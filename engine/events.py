@@ -1,6 +1,7 @@
 """Events: the unit of every stream (DESIGN.md section 3)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -79,6 +80,23 @@ class Event:
 
     def __hash__(self) -> int:
         return hash((self.id, self.type, self.ts))
+
+
+def attr_getter(attr: str) -> Callable[[Event], Any]:
+    """``event -> value`` of attribute ``attr`` as :meth:`Event.get` reads it (header fields ``ts``, ``id``,
+    ``type``, ``ts_end``, ``duration`` first; a missing attribute is None), specialised once per attribute:
+    the one getter of the matcher, the live-and-archived plan and the rule index."""
+    if attr == "ts":
+        return lambda e: e.ts
+    if attr == "id":
+        return lambda e: e.id
+    if attr == "type":
+        return lambda e: e.type
+    if attr == "ts_end":
+        return lambda e: e.ts_end
+    if attr == "duration":
+        return lambda e: e.ts_end - e.ts
+    return lambda e: e.attrs.get(attr)
 
 
 MICROS_PER_MS = 1_000

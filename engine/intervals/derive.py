@@ -19,11 +19,11 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events import Event
+from engine.events import Event, attr_getter
 from engine.lql import ast
 from engine.match import Match
 from engine.matcher import LateEventError
-from engine.nfa.compiler import _aggregate, _event_getter
+from engine.nfa.compiler import _aggregate, pick_attr
 from engine.nfa.conditions import Fn, compile_bool, compile_value
 
 END_OF_TIME = (1 << 63) - 1
@@ -34,8 +34,7 @@ def _resolver_single(var: str) -> Any:
     """WHEN: ``v.attr`` of the event being judged (the ``b`` argument of ``f(a, b, c)``)."""
 
     def resolve(ref: ast.AttrRef | ast.Aggregate) -> Fn:
-        get = _event_getter(ref.attr or "")
-        return lambda a, b, c: get(b)
+        return pick_attr(1, ref.attr or "")
 
     return resolve
 
@@ -46,7 +45,7 @@ def _resolver_run(var: str) -> Any:
     def resolve(ref: ast.AttrRef | ast.Aggregate) -> Fn:
         if isinstance(ref, ast.Aggregate):
             return _aggregate(ref, 0, True)
-        get = _event_getter(ref.attr)
+        get = attr_getter(ref.attr)
         idx = ref.index
         if idx is None or idx.kind == "first":
             return lambda env, i, x: get(env[0][0])

@@ -37,13 +37,12 @@ for ``I`` may then ask for that key only (:attr:`LiveArchivedPlan.key`).
 """
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.compiler import CompiledQuery, compile_query
-from engine.events import Event
+from engine.events import Event, attr_getter
 from engine.lql.ast import (
     Aggregate,
     AttrRef,
@@ -93,14 +92,6 @@ def _conjuncts(expr: Expr | None) -> list[Expr]:
     return [expr]
 
 
-def _getter(attr: str) -> Callable[[Event], Any]:
-    if attr in ("ts", "id", "type", "ts_end"):
-        return operator.attrgetter(attr)
-    if attr == "duration":
-        return lambda e: e.ts_end - e.ts
-    return lambda e: e.attrs.get(attr)
-
-
 def _position(ref: AttrRef) -> int:
     """Index into the variable's event tuple: 0 for a single variable or ``b[1]``, -1 for ``b[last]``."""
     idx = ref.index
@@ -121,7 +112,7 @@ def _resolver(live_vars: frozenset[str]) -> Callable[[AttrRef | Aggregate], Fn]:
         var = ref.var
         if isinstance(ref, Aggregate):
             return _aggregate(ref, live)
-        get = _getter(ref.attr)
+        get = attr_getter(ref.attr)
         pos = _position(ref)
 
         def value(a: Events, b: Events, c: Any) -> Any:
@@ -137,13 +128,13 @@ def _resolver(live_vars: frozenset[str]) -> Callable[[AttrRef | Aggregate], Fn]:
 
 def _aggregate(agg: Aggregate, live: bool) -> Fn:
     """RETURN aggregate over a variable's events (a single variable counts as one element)."""
-    get = _getter(agg.attr) if agg.attr else None
+    get = attr_getter(agg.attr) if agg.attr else None
     func, var = agg.func, agg.var
 
     if agg.plugin:  # an aggregate plug-in (issue 16)
         from engine.plugins.evaluate import group_aggregate
 
-        fold, getp = group_aggregate(func), _getter(agg.attr or "")
+        fold, getp = group_aggregate(func), attr_getter(agg.attr or "")
         return lambda a, b, c: fold(map(getp, (a if live else b).get(var, ())))
 
     def aggregate(a: Events, b: Events, c: Any) -> Any:

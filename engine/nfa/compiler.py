@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Event
+from engine.events import Event, attr_getter
 from engine.lql.ast import (
     Aggregate,
     AttrRef,
@@ -220,21 +220,7 @@ def refs_of(expr: Expr) -> list[AttrRef | Aggregate]:
     return []
 
 
-def _event_getter(attr: str) -> Callable[[Event], Any]:
-    if attr == "ts":
-        return lambda e: e.ts
-    if attr == "id":
-        return lambda e: e.id
-    if attr == "type":
-        return lambda e: e.type
-    if attr == "ts_end":
-        return lambda e: e.ts_end
-    if attr == "duration":
-        return lambda e: e.ts_end - e.ts
-    return lambda e: e.attrs.get(attr)
-
-
-def _pick(pos: int, attr: str) -> Fn:
+def pick_attr(pos: int, attr: str) -> Fn:
     """Getter of ``attr`` from argument ``pos`` (0, 1 or 2) of ``f(a, b, c)``."""
     if attr == "ts":
         return (lambda a, b, c: a.ts, lambda a, b, c: b.ts, lambda a, b, c: c.ts)[pos]
@@ -294,7 +280,7 @@ class PlanCompiler:
 
     def _general(self, ref: AttrRef | Aggregate) -> Fn:
         if ref.var in self.neg_after:
-            get = _event_getter(ref.attr or "")
+            get = attr_getter(ref.attr or "")
             return lambda env, i, x: get(x)
         slot = self.pos_slot.get(ref.var)
         if slot is None:  # a variable this plan does not bind (OR branch not taken, empty Kleene star)
@@ -302,7 +288,7 @@ class PlanCompiler:
             return lambda env, i, x: empty
         if isinstance(ref, Aggregate):
             return _aggregate(ref, slot, self.positives[slot].is_kleene)
-        get = _event_getter(ref.attr)
+        get = attr_getter(ref.attr)
         idx = ref.index
         if idx is None:
             return lambda env, i, x: get(env[slot])
@@ -336,25 +322,25 @@ class PlanCompiler:
             kind = ref.index.kind if ref.index else None
             if ref.var in self.neg_after:
                 if mode == "neg":
-                    return _pick(2, ref.attr)
+                    return pick_attr(2, ref.attr)
                 raise _NotEdge
             slot = self.pos_slot.get(ref.var)
             kleene = slot is not None and self.positives[slot].is_kleene
             if mode == "entry":
                 if slot == cur and kind in (None, "i", "first"):
-                    return _pick(1, ref.attr)
+                    return pick_attr(1, ref.attr)
                 if slot == cur - 1 and (not kleene or kind == "last"):
-                    return _pick(0, ref.attr)
+                    return pick_attr(0, ref.attr)
             elif mode == "take":
                 if slot == cur and kind == "i":
-                    return _pick(1, ref.attr)
+                    return pick_attr(1, ref.attr)
                 if slot == cur and kind == "prev":
-                    return _pick(0, ref.attr)
+                    return pick_attr(0, ref.attr)
             else:
                 if slot == cur and (not kleene or kind == "last"):
-                    return _pick(0, ref.attr)
+                    return pick_attr(0, ref.attr)
                 if slot == cur + 1 and (not kleene or kind == "first"):
-                    return _pick(1, ref.attr)
+                    return pick_attr(1, ref.attr)
             raise _NotEdge
 
         return resolve
@@ -601,7 +587,7 @@ class PlanCompiler:
             if all(f is not None for f in fns):
                 edge_fns = [f for f in fns if f is not None]
         if all(r.var == comp.var for e in conjuncts for r in refs_of(e)):
-            resolve_x = lambda ref: _pick(1, ref.attr)  # noqa: E731 - x passed as the event argument
+            resolve_x = lambda ref: pick_attr(1, ref.attr)  # noqa: E731 - x passed as the event argument
             local_fns = [compile_bool(e, resolve_x) for e in conjuncts]
         return NegSpec(after, frozenset(comp.types), comp.var, trailing, check_slot, conds, edge_fns, local_fns)
 
@@ -614,12 +600,12 @@ def _add(slot: Slot, group: str, item: Any, meta: ConjunctMeta) -> None:
 
 def _aggregate(agg: Aggregate, slot: int, kleene: bool) -> Fn:
     """RETURN aggregate over a Kleene slot ``env[slot]`` (a single variable counts as one element)."""
-    get = _event_getter(agg.attr) if agg.attr else None
+    get = attr_getter(agg.attr) if agg.attr else None
     func = agg.func
     if agg.plugin:  # an aggregate plug-in (issue 16)
         from engine.plugins.evaluate import group_aggregate
 
-        fold, getp = group_aggregate(func), _event_getter(agg.attr or "")
+        fold, getp = group_aggregate(func), attr_getter(agg.attr or "")
 
         def plugin_aggregate(env: Any, i: int, x: Any) -> Any:
             bound: Any = env[slot] if slot < len(env) else ()

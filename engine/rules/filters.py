@@ -20,6 +20,7 @@ from typing import Any
 from engine.events import Event
 from engine.lql import ast
 from engine.lql.errors import QueryError
+from engine.nfa.compiler import pick_attr
 from engine.nfa.conditions import Fn, compile_bool
 
 
@@ -35,14 +36,7 @@ def single_event_resolver(var: str) -> Any:
     def resolve(ref: ast.AttrRef | ast.Aggregate) -> Fn:
         if isinstance(ref, ast.Aggregate) or ref.var != var or ref.index is not None:
             raise QueryError.at(ref.pos, f"only attributes of '{var}' can be used here")
-        attr = ref.attr
-        if attr == "ts":
-            return lambda e, b, c: e.ts
-        if attr == "id":
-            return lambda e, b, c: e.id
-        if attr == "type":
-            return lambda e, b, c: e.type
-        return lambda e, b, c: e.attrs.get(attr)
+        return pick_attr(0, ref.attr)  # the matcher's getter of the first argument (header fields too)
 
     return resolve
 

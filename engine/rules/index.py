@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.events import Event
+from engine.events import Event, attr_getter
 from engine.lql import ast
 from engine.lql.checks import conjuncts, read_types
 from engine.lql.errors import QueryError
@@ -58,17 +58,6 @@ CONTIGUOUS = frozenset({"strict_contiguity", "partition_contiguity"})
 _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "=": "="}
 _NUM = 0
 _STR = 1
-
-
-def _getter(attr: str) -> Callable[[Event], Any]:
-    """``event -> value`` of ``v.attr`` as :func:`engine.rules.filters.single_event_resolver` reads it."""
-    if attr == "ts":
-        return lambda e: e.ts
-    if attr == "id":
-        return lambda e: e.id
-    if attr == "type":
-        return lambda e: e.type
-    return lambda e: e.attrs.get(attr)
 
 
 def _kind(value: Any) -> int | None:
@@ -172,7 +161,7 @@ def entry_resolver(var: str, kleene: bool) -> Any:
         if not _own(ref, var, kleene):
             raise QueryError.at(ref.pos, f"the rule index reads only attributes of '{var}'")
         assert isinstance(ref, ast.AttrRef)
-        get = _getter(ref.attr)
+        get = attr_getter(ref.attr)
         return lambda e, b, c: get(e)
 
     return resolve
@@ -249,7 +238,7 @@ class _Ranges:
     __slots__ = ("get", "lower", "upper", "both", "max_width", "size")
 
     def __init__(self, attr: str) -> None:
-        self.get = _getter(attr)
+        self.get = attr_getter(attr)
         self.lower = (_Sorted(), _Sorted())  # v > lo / v >= lo, by lo; numbers, strings
         self.upper = (_Sorted(), _Sorted())  # v < hi / v <= hi, by hi
         self.both = _Sorted()  # numeric lo <(=) v <(=) hi, by lo; entries' widths in max_width
@@ -473,7 +462,7 @@ class RuleIndex:
         for attr, value in eqs:
             slot = node.eq.get(attr)
             if slot is None:
-                slot = node.eq[attr] = (_getter(attr), {})
+                slot = node.eq[attr] = (attr_getter(attr), {})
             child = slot[1].get(value)
             if child is None:
                 child = slot[1][value] = _Node()

@@ -143,3 +143,20 @@ def test_remove_stops_the_flow() -> None:
     graph.remove("h")
     out = graph.push(Event(2, "R", 2 * S, {"x": 2})) + graph.flush()
     assert out == []
+
+
+def test_filters_and_the_rule_index_read_interval_endpoints_as_the_matcher_does() -> None:
+    """``v.ts_end`` and ``v.duration`` are event header fields (issue 15) in a FILTER and in the rule index too, not
+    attributes: a filter dropped nothing and the index reached nothing before (their getters read ``attrs``)."""
+    from engine.lql.parser import parse
+    from engine.rules.index import RuleIndex
+
+    spell = Event(1, "spell", 0, {"x": 1}, 60_000_000)  # [0, 60 s)
+    short = compile_statement("NAME short FILTER spell s DROP WHEN s.duration < 600000000")
+    assert short.check(spell) == "dropped by filter short: DROP WHEN s.duration < 600000000"  # type: ignore[union-attr]
+    text = "PATTERN SEQ(spell s) WHERE s.ts_end > 30000000 AND s.duration >= 60000000"
+    matcher = Matcher(compile_statement(text))  # type: ignore[arg-type]
+    assert len(matcher.push(spell)) == 1
+    index = RuleIndex()
+    index.add("q", parse(text))
+    assert index.reached(spell) == ["q"] and index.scan(spell) == ["q"]
