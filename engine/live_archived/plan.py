@@ -46,17 +46,14 @@ from engine.events import Event, attr_getter
 from engine.lql.ast import (
     Aggregate,
     AttrRef,
-    BinOp,
     BoolOp,
-    Call,
     Compare,
     Expr,
     LiveArchivedQuery,
-    Neg,
-    Not,
     PatternQuery,
     Schema,
     expr_text,
+    variable_refs,
 )
 from engine.lql.checks import grouping_aggregates
 from engine.lql.errors import QueryError
@@ -68,20 +65,6 @@ Range = tuple[int, int]
 NO_KEY = object()
 """Returned by :meth:`LiveArchivedPlan.key_of` when the live instance's key value is missing (None):
 the key equality can never hold, so the instance joins nothing and needs no archive request."""
-
-
-def _refs(expr: Expr) -> list[AttrRef | Aggregate]:
-    if isinstance(expr, (AttrRef, Aggregate)):
-        return [expr]
-    if isinstance(expr, (Compare, BinOp)):
-        return _refs(expr.left) + _refs(expr.right)
-    if isinstance(expr, BoolOp):
-        return [r for e in expr.operands for r in _refs(e)]
-    if isinstance(expr, (Not, Neg)):
-        return _refs(expr.operand)
-    if isinstance(expr, Call):
-        return [r for a in expr.args for r in _refs(a)]
-    return []
 
 
 def _conjuncts(expr: Expr | None) -> list[Expr]:
@@ -245,7 +228,7 @@ class LiveArchivedPlan:
         resolve = _resolver(self.live_vars)
         self.join: list[JoinConjunct] = []
         for part in _conjuncts(query.join):
-            refs = _refs(part)
+            refs = variable_refs(part)
             needs = tuple(
                 sorted(
                     {(r.var, r.index.at) for r in refs if isinstance(r, AttrRef) and r.index and r.index.kind == "at"}
@@ -285,7 +268,7 @@ class LiveArchivedPlan:
                     continue
                 if other.attr not in self.archived.partition_by:
                     continue
-                refs = _refs(live_side)
+                refs = variable_refs(live_side)
                 if not refs or any(isinstance(r, Aggregate) or r.var not in live_ok for r in refs):
                     continue
                 live_attr = live_side.attr if isinstance(live_side, AttrRef) else None

@@ -13,6 +13,7 @@ Units: durations and timestamps are int microseconds (UTC for timestamps).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal as TLiteral
 from typing import Union
@@ -200,6 +201,29 @@ class OperatorUse:
 
 
 Expr = Union[Literal, AttrRef, Aggregate, BinOp, Neg, Compare, BoolOp, Not, Equivalence, Call]  # noqa: UP007
+
+
+def references(expr: Expr) -> Iterator[AttrRef | Aggregate | Equivalence]:
+    """Every leaf of ``expr`` that reads events, left to right: attribute references, aggregates and
+    equivalence tests ``[attr]``, through operators and function-call arguments (the one walker)."""
+    if isinstance(expr, (AttrRef, Aggregate, Equivalence)):
+        yield expr
+    elif isinstance(expr, BoolOp):
+        for operand in expr.operands:
+            yield from references(operand)
+    elif isinstance(expr, (Not, Neg)):
+        yield from references(expr.operand)
+    elif isinstance(expr, (BinOp, Compare)):
+        yield from references(expr.left)
+        yield from references(expr.right)
+    elif isinstance(expr, Call):
+        for arg in expr.args:
+            yield from references(arg)
+
+
+def variable_refs(expr: Expr) -> list[AttrRef | Aggregate]:
+    """The variable references of ``expr`` (:func:`references` without the equivalence tests)."""
+    return [r for r in references(expr) if not isinstance(r, Equivalence)]
 
 # --------------------------------------------------------------------------- patterns
 

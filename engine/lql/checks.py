@@ -210,22 +210,6 @@ def _walk_refs(
             _walk_refs(arg, scope, clause, False, other, side, grouped)
 
 
-def _refs(expr: ast.Expr) -> Iterator[ast.AttrRef | ast.Aggregate]:
-    if isinstance(expr, (ast.AttrRef, ast.Aggregate)):
-        yield expr
-    elif isinstance(expr, ast.BoolOp):
-        for operand in expr.operands:
-            yield from _refs(operand)
-    elif isinstance(expr, (ast.Not, ast.Neg)):
-        yield from _refs(expr.operand)
-    elif isinstance(expr, (ast.BinOp, ast.Compare)):
-        yield from _refs(expr.left)
-        yield from _refs(expr.right)
-    elif isinstance(expr, ast.Call):
-        for arg in expr.args:
-            yield from _refs(arg)
-
-
 def conjuncts(expr: ast.Expr) -> tuple[ast.Expr, ...]:
     """Top-level AND parts of a WHERE expression."""
     if isinstance(expr, ast.BoolOp) and expr.op == "and":
@@ -236,7 +220,7 @@ def conjuncts(expr: ast.Expr) -> tuple[ast.Expr, ...]:
 def _check_iteration(where: ast.Expr) -> None:
     for conjunct in conjuncts(where):
         iterated: str | None = None
-        for ref in _refs(conjunct):
+        for ref in ast.variable_refs(conjunct):
             if isinstance(ref, ast.AttrRef) and ref.index is not None and ref.index.kind in ("i", "prev"):
                 if iterated is not None and ref.var != iterated:
                     raise QueryError.at(
@@ -565,7 +549,7 @@ def check_query(
     scope = {**live_vars, **archived_vars}
     if query.join is not None:
         _walk_refs(query.join, scope, "JOIN", False, {}, "")
-        used = {ref.var for ref in _refs(query.join)}
+        used = {ref.var for ref in ast.variable_refs(query.join)}
         if not (used & live_vars.keys() and used & archived_vars.keys()):
             raise QueryError.at(query.join.pos, "JOIN must relate the live and the archived pattern")
         require_condition(query.join, scope, schemas, "JOIN")
@@ -607,7 +591,8 @@ def grouping_aggregates(returns: Sequence[ast.ReturnItem], archived: frozenset[s
     A RETURN with such an aggregate gives one result per live instance, aggregated over the archived
     instances joined with it (docs/semantics.md section 6, "One result per live instance").
     """
-    return [r for item in returns for r in _refs(item.expr) if isinstance(r, ast.Aggregate) and r.var in archived]
+    found = (r for item in returns for r in ast.variable_refs(item.expr))
+    return [r for r in found if isinstance(r, ast.Aggregate) and r.var in archived]
 
 
 def _check_grouped_return(returns: Sequence[ast.ReturnItem], archived: frozenset[str]) -> None:
@@ -617,7 +602,7 @@ def _check_grouped_return(returns: Sequence[ast.ReturnItem], archived: frozenset
         return
     first = ast.expr_text(aggregates[0])
     for item in returns:
-        for ref in _refs(item.expr):
+        for ref in ast.variable_refs(item.expr):
             if isinstance(ref, ast.AttrRef) and ref.var in archived:
                 attr = ref.attr
                 raise QueryError.at(
@@ -647,7 +632,7 @@ def _check_attrs(
 
 
 def _check_single_condition(expr: ast.Expr, scope: dict[str, VarInfo], schemas: ast.Schema | None, clause: str) -> None:
-    for ref in _refs(expr):
+    for ref in ast.variable_refs(expr):
         if isinstance(ref, ast.Aggregate):
             raise QueryError.at(ref.pos, f"aggregates are not allowed in {clause}")
         if ref.var not in scope:
@@ -668,7 +653,7 @@ def _check_filter(rule: ast.FilterRule, schemas: ast.Schema | None, refs: Sequen
 
 def _check_grouped_expr(expr: ast.Expr, query: ast.AggregateQuery, clause: str) -> None:
     """RETURN / HAVING of an AGGREGATE: every attribute outside an aggregate must be a GROUP BY attribute."""
-    for ref in _refs(expr):
+    for ref in ast.variable_refs(expr):
         if ref.var != query.var:
             raise QueryError.at(ref.pos, f"unknown variable '{ref.var}'")
         if isinstance(ref, ast.AttrRef):

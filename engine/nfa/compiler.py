@@ -33,18 +33,15 @@ from engine.events import Event, attr_getter
 from engine.lql.ast import (
     Aggregate,
     AttrRef,
-    BinOp,
     BoolOp,
-    Call,
     Compare,
     Component,
     Equivalence,
     Expr,
     Index,
-    Neg,
-    Not,
     PatternQuery,
     expr_text,
+    variable_refs,
 )
 from engine.lql.errors import QueryError
 from engine.lql.relations import by_conjuncts
@@ -205,21 +202,6 @@ class NFAPlan:
 # --------------------------------------------------------------------------- references
 
 
-def refs_of(expr: Expr) -> list[AttrRef | Aggregate]:
-    """All variable references of an expression."""
-    if isinstance(expr, (AttrRef, Aggregate)):
-        return [expr]
-    if isinstance(expr, (Compare, BinOp)):
-        return refs_of(expr.left) + refs_of(expr.right)
-    if isinstance(expr, BoolOp):
-        return [r for e in expr.operands for r in refs_of(e)]
-    if isinstance(expr, (Not, Neg)):
-        return refs_of(expr.operand)
-    if isinstance(expr, Call):
-        return [r for a in expr.args for r in refs_of(a)]
-    return []
-
-
 def pick_attr(pos: int, attr: str) -> Fn:
     """Getter of ``attr`` from argument ``pos`` (0, 1 or 2) of ``f(a, b, c)``."""
     if attr == "ts":
@@ -360,7 +342,7 @@ class PlanCompiler:
                 if not self.fold_equivalence:
                     out.extend(self._equivalence(part))
                 continue
-            variables = {r.var for r in refs_of(part)}
+            variables = {r.var for r in variable_refs(part)}
             if all(v in self.pos_slot or v in self.neg_after for v in variables):
                 out.append(part)
         if self.order != "declared":
@@ -379,7 +361,7 @@ class PlanCompiler:
         out = []
         every = frozenset(range(len(self.positives)))
         for expr in self._conjuncts():
-            slots = frozenset(self.pos_slot[r.var] for r in refs_of(expr) if r.var in self.pos_slot)
+            slots = frozenset(self.pos_slot[r.var] for r in variable_refs(expr) if r.var in self.pos_slot)
             out.append((slots or every, self._general_conjunct(expr), self.meta(expr)))
         return out
 
@@ -403,7 +385,7 @@ class PlanCompiler:
 
     def _point(self, expr: Expr) -> tuple[str, int]:
         """Where a positive conjunct is evaluated: ("bind"|"each"|"close", slot)."""
-        refs = [r for r in refs_of(expr) if r.var in self.pos_slot]
+        refs = [r for r in variable_refs(expr) if r.var in self.pos_slot]
         jmax = max(self.pos_slot[r.var] for r in refs) if refs else 0
         kinds = {
             r.index.kind if isinstance(r, AttrRef) and r.index else None for r in refs if self.pos_slot[r.var] == jmax
@@ -420,7 +402,7 @@ class PlanCompiler:
         ivar = None
         uses_prev = False
         needs = set()
-        for r in refs_of(expr):
+        for r in variable_refs(expr):
             if isinstance(r, AttrRef) and r.index and r.var in self.pos_slot:
                 if r.index.kind in ("i", "prev"):
                     ivar = self.pos_slot[r.var]
@@ -445,7 +427,7 @@ class PlanCompiler:
         emit_meta: list[ConjunctMeta] = []
         neg_conj: dict[str, list[Expr]] = {v: [] for v in self.neg_after}
         for expr in self._conjuncts():
-            negs = {r.var for r in refs_of(expr) if r.var in self.neg_after}
+            negs = {r.var for r in variable_refs(expr) if r.var in self.neg_after}
             if len(negs) > 1:
                 raise QueryError.at(getattr(expr, "pos", None), "a condition may mention at most one negated variable")
             if negs:
@@ -526,7 +508,7 @@ class PlanCompiler:
 
     def _reads_only_shared(self, expr: Expr, j: int, take_of_j: bool) -> bool:
         """Whether ``expr`` reads, of slots ``<= j``, only slot ``j``'s last bound event."""
-        for r in refs_of(expr):
+        for r in variable_refs(expr):
             s = self.pos_slot.get(r.var)
             if s is None or s > j:
                 continue  # a negated or unbound variable, or a later binding: shared
@@ -542,7 +524,7 @@ class PlanCompiler:
 
     def _place(self, slot: Slot, expr: Expr, kind: str) -> None:
         """Push a positive conjunct down to its slot's local, edge or general group."""
-        refs = [r for r in refs_of(expr) if r.var in self.pos_slot]
+        refs = [r for r in variable_refs(expr) if r.var in self.pos_slot]
         only_current = all(self.pos_slot[r.var] == slot.index for r in refs)
         if kind == "each":
             # first element: b[i-1] conjuncts do not apply; others evaluate with i = 1
@@ -577,7 +559,7 @@ class PlanCompiler:
     def _negation(self, comp: Component, conjuncts: list[Expr], n_slots: int) -> NegSpec:
         after = self.neg_after[comp.var]
         trailing = after == n_slots - 1
-        later = [self.pos_slot[r.var] for e in conjuncts for r in refs_of(e) if r.var in self.pos_slot]
+        later = [self.pos_slot[r.var] for e in conjuncts for r in variable_refs(e) if r.var in self.pos_slot]
         check_slot = max([after + 1] + later) if not trailing else after
         conds = [self._general_conjunct(e) for e in conjuncts]
         edge_fns: list[Fn] | None = None
@@ -586,7 +568,7 @@ class PlanCompiler:
             fns = [self._edge_or_none(e, after, "neg") for e in conjuncts]
             if all(f is not None for f in fns):
                 edge_fns = [f for f in fns if f is not None]
-        if all(r.var == comp.var for e in conjuncts for r in refs_of(e)):
+        if all(r.var == comp.var for e in conjuncts for r in variable_refs(e)):
             resolve_x = lambda ref: pick_attr(1, ref.attr)  # noqa: E731 - x passed as the event argument
             local_fns = [compile_bool(e, resolve_x) for e in conjuncts]
         return NegSpec(after, frozenset(comp.types), comp.var, trailing, check_slot, conds, edge_fns, local_fns)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import itertools
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,20 +74,6 @@ def _kind(value: Any) -> int | None:
 # --------------------------------------------------------------------------- entries of a statement
 
 
-def _refs(expr: ast.Expr) -> Iterator[ast.Expr]:
-    """Every attribute reference, aggregate and equivalence test in ``expr``."""
-    if isinstance(expr, (ast.AttrRef, ast.Aggregate, ast.Equivalence)):
-        yield expr
-    elif isinstance(expr, ast.BoolOp):
-        for operand in expr.operands:
-            yield from _refs(operand)
-    elif isinstance(expr, (ast.Not, ast.Neg)):
-        yield from _refs(expr.operand)
-    elif isinstance(expr, (ast.BinOp, ast.Compare)):
-        yield from _refs(expr.left)
-        yield from _refs(expr.right)
-
-
 def _own(ref: ast.Expr, var: str, kleene: bool) -> bool:
     """Whether ``ref`` reads the event being bound to ``var`` (``v.attr``; ``v[i].attr`` for a Kleene ``v``)."""
     if not isinstance(ref, ast.AttrRef) or ref.var != var:
@@ -107,7 +93,7 @@ def single_variable_conjuncts(where: ast.Expr | None, var: str, kleene: bool = F
         return []
     out = []
     for conjunct in conjuncts(where):
-        refs = list(_refs(conjunct))
+        refs = list(ast.references(conjunct))
         if refs and all(_own(r, var, kleene) for r in refs):
             out.append(conjunct)
     return out
@@ -169,7 +155,7 @@ def entry_resolver(var: str, kleene: bool) -> Any:
 
 def _constant(expr: ast.Expr) -> tuple[bool, Any]:
     """``(True, value)`` when ``expr`` has no reference and folds to an int, float, str or bool (not NaN)."""
-    if any(True for _ in _refs(expr)) or isinstance(expr, (ast.Compare, ast.BoolOp, ast.Not)):
+    if any(True for _ in ast.references(expr)) or isinstance(expr, (ast.Compare, ast.BoolOp, ast.Not)):
         return False, None
 
     def no_refs(ref: Any) -> Fn:  # pragma: no cover - guarded by the _refs test above

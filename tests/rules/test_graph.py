@@ -160,3 +160,17 @@ def test_filters_and_the_rule_index_read_interval_endpoints_as_the_matcher_does(
     index = RuleIndex()
     index.add("q", parse(text))
     assert index.reached(spell) == ["q"] and index.scan(spell) == ["q"]
+
+
+def test_the_rule_index_takes_a_function_call_beside_an_attribute() -> None:
+    """``t.x > abs(t.y)``: the index's own reference walker skipped call arguments, took ``abs(t.y)`` for a
+    constant and refused the statement ("not a constant"); the matcher accepts it."""
+    from engine.lql.parser import parse
+    from engine.rules.index import RuleIndex
+
+    text = "PATTERN SEQ(traffic t) WHERE t.x > abs(t.y)"
+    index = RuleIndex()
+    index.add("q", parse(text))
+    hit, miss = Event(1, "traffic", 0, {"x": 5, "y": -3}), Event(2, "traffic", 1, {"x": 2, "y": -3})
+    assert index.reached(hit) == index.scan(hit) == ["q"] and index.scan(miss) == []
+    assert len(Matcher(compile_statement(text)).push(hit)) == 1  # type: ignore[arg-type]
