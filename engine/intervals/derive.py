@@ -25,6 +25,7 @@ from engine.match import Match
 from engine.matcher import LateEventError
 from engine.nfa.compiler import _aggregate, pick_attr
 from engine.nfa.conditions import Fn, compile_bool, compile_value
+from engine.rules.statements import OneTypeStatement
 
 END_OF_TIME = (1 << 63) - 1
 _NEVER = -(1 << 63)
@@ -68,19 +69,11 @@ class _Run:
 
 
 @dataclass(frozen=True, slots=True)
-class IntervalStatement:
+class IntervalStatement(OneTypeStatement):
     """A compiled ``INTERVAL`` statement; :meth:`make_detector` builds its :class:`IntervalDeriver`."""
 
     ast: ast.IntervalRule
     allowed_lateness_us: int = 0
-
-    @property
-    def name(self) -> str | None:
-        return self.ast.name
-
-    @property
-    def stream_types(self) -> frozenset[str]:
-        return frozenset({self.ast.type})
 
     @property
     def types(self) -> frozenset[str]:
@@ -97,19 +90,12 @@ class IntervalStatement:
         return None  # a run has no bound on its length
 
     @property
-    def emit_into(self) -> str | None:
-        return self.ast.emit_into
-
-    @property
     def kind(self) -> str:
         """The statement kind the service records (``queries.kind``)."""
         return "interval"
 
     def make_detector(self, allowed_lateness_us: int | dict[str, int] | None = None) -> IntervalDeriver:
-        lateness = self.allowed_lateness_us if allowed_lateness_us is None else allowed_lateness_us
-        if isinstance(lateness, dict):
-            lateness = lateness.get(self.ast.type, 0)
-        return IntervalDeriver(self.ast, allowed_lateness_us=lateness)
+        return IntervalDeriver(self.ast, allowed_lateness_us=self.lateness_us(allowed_lateness_us))
 
 
 class IntervalDeriver:

@@ -13,16 +13,15 @@ from typing import Any
 from engine.lql import ast
 
 
-@dataclass(frozen=True, slots=True)
-class AggregateStatement:
-    """A compiled ``AGGREGATE ... WINDOW ...`` statement (continuous query, 003).
+class OneTypeStatement:
+    """What a compiled statement over one event type answers from its syntax tree (``ast.name``, ``ast.type``,
+    ``ast.emit_into``): shared by :class:`AggregateStatement` and
+    :class:`engine.intervals.derive.IntervalStatement` (frozen dataclasses with ``ast`` and
+    ``allowed_lateness_us``)."""
 
-    ``make_detector()`` builds its :class:`engine.rules.windows.WindowedAggregate`; the statement itself
-    holds no state.
-    """
-
-    ast: ast.AggregateQuery
-    allowed_lateness_us: int = 0
+    __slots__ = ()
+    ast: Any
+    allowed_lateness_us: int
 
     @property
     def name(self) -> str | None:
@@ -33,22 +32,37 @@ class AggregateStatement:
         return frozenset({self.ast.type})
 
     @property
+    def emit_into(self) -> str | None:
+        return self.ast.emit_into
+
+    def lateness_us(self, allowed_lateness_us: int | dict[str, int] | None) -> int:
+        """The allowed lateness of its type, int microseconds: ``allowed_lateness_us`` (one value, or one per
+        event type) when given, else the statement's own."""
+        lateness = self.allowed_lateness_us if allowed_lateness_us is None else allowed_lateness_us
+        return lateness.get(self.ast.type, 0) if isinstance(lateness, dict) else lateness
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateStatement(OneTypeStatement):
+    """A compiled ``AGGREGATE ... WINDOW ...`` statement (continuous query, 003).
+
+    ``make_detector()`` builds its :class:`engine.rules.windows.WindowedAggregate`; the statement itself
+    holds no state.
+    """
+
+    ast: ast.AggregateQuery
+    allowed_lateness_us: int = 0
+
+    @property
     def window_us(self) -> int | None:
         w = self.ast.window
         return w.size if w.kind != "count" else None
-
-    @property
-    def emit_into(self) -> str | None:
-        return self.ast.emit_into
 
     def make_detector(self, allowed_lateness_us: int | dict[str, int] | None = None) -> Any:
         """A new :class:`engine.rules.windows.WindowedAggregate` running this statement."""
         from engine.rules.windows import WindowedAggregate
 
-        lateness = self.allowed_lateness_us if allowed_lateness_us is None else allowed_lateness_us
-        if isinstance(lateness, dict):
-            lateness = lateness.get(self.ast.type, 0)
-        return WindowedAggregate(self.ast, allowed_lateness_us=lateness)
+        return WindowedAggregate(self.ast, allowed_lateness_us=self.lateness_us(allowed_lateness_us))
 
 
-__all__ = ["AggregateStatement"]
+__all__ = ["AggregateStatement", "OneTypeStatement"]
