@@ -25,7 +25,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PATTERNS = {
     "P1": "PATTERN SEQ(A a, B b, C c) PARTITION BY key WITHIN {w}",
@@ -94,6 +96,23 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _best_of(make_matcher: Callable[[], Any], events: list, repeat: int) -> tuple[Any, int, float, float]:
+    """``repeat`` timed runs, each with a fresh ``make_matcher()`` over ``events`` then ``flush``:
+    (the last matcher, its match count, best wall seconds, best CPU seconds of this process)."""
+    runs = []
+    for _ in range(repeat):
+        matcher = make_matcher()
+        count = 0
+        push = matcher.push
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        for e in events:
+            count += len(push(e))
+        count += len(matcher.flush())
+        runs.append((time.perf_counter() - t0, time.process_time() - c0))
+    return matcher, count, min(r[0] for r in runs), min(r[1] for r in runs)
+
+
 def run_case(case: str, n: int, repeat: int = 3) -> dict:
     """Run one case ``repeat`` times in this process (fresh matcher each time); best times."""
     from bench.streams import generate_events
@@ -106,19 +125,9 @@ def run_case(case: str, n: int, repeat: int = 3) -> dict:
     gc.freeze()  # the stream is long-lived input, not the engine's garbage
     rss_before = _rss_mb()
     query = compile_query(query_text(case))
-    runs = []
-    for _ in range(repeat):
-        matcher = Matcher(query, storage=storage)  # type: ignore[arg-type]
-        count = 0
-        push = matcher.push
-        t0 = time.perf_counter()
-        c0 = time.process_time()
-        for e in events:
-            count += len(push(e))
-        count += len(matcher.flush())
-        runs.append((time.perf_counter() - t0, time.process_time() - c0))
-    seconds = min(r[0] for r in runs)
-    cpu_seconds = min(r[1] for r in runs)
+    matcher, count, seconds, cpu_seconds = _best_of(
+        lambda: Matcher(query, storage=storage), events, repeat  # type: ignore[arg-type]
+    )
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats = matcher.stats()
     expected = EXPECTED[(pattern, strategy, window)].get(n)
@@ -261,18 +270,11 @@ def run_climb(n: int = 60_000, repeat: int = 3, share: bool = True) -> dict:
     gc.freeze()
     rss_before = _rss_mb()
     query = compile_query(CLIMB)
-    runs = []
     peak_groups = 0
-    for _ in range(repeat):
-        matcher = Matcher(query, storage="runs", share_runs=None if share else False)  # None: the default
-        count = 0
-        push = matcher.push
-        t0 = time.perf_counter()
-        c0 = time.process_time()
-        for e in events:
-            count += len(push(e))
-        count += len(matcher.flush())
-        runs.append((time.perf_counter() - t0, time.process_time() - c0))
+    share_runs = None if share else False  # None: the default
+    matcher, count, seconds, cpu_seconds = _best_of(
+        lambda: Matcher(query, storage="runs", share_runs=share_runs), events, repeat
+    )
     if share:  # an extra, untimed pass that samples the groups held
         matcher = Matcher(query, storage="runs")
         for i, e in enumerate(events):
@@ -281,8 +283,6 @@ def run_climb(n: int = 60_000, repeat: int = 3, share: bool = True) -> dict:
                 held = sum(st.groups() for sts in matcher.states.values() for st in sts)
                 peak_groups = max(peak_groups, held)
         matcher.flush()
-    seconds = min(r[0] for r in runs)
-    cpu_seconds = min(r[1] for r in runs)
     stats = matcher.stats()
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"case": f"climb ({'shared' if share else 'unshared'} runs)", "n": n, "matches": count,
