@@ -52,6 +52,22 @@ def _pos(item: Token | Meta) -> ast.Pos:
     return ast.Pos(getattr(item, "line", 0) or 0, getattr(item, "column", 0) or 0)
 
 
+def _clauses(clauses: list[tuple[str, ast.Pos, Any]]) -> dict[str, Any]:
+    """``{clause name: value}`` of a statement's ``(name, position, value)`` clauses, in any order.
+
+    Raises
+    ------
+    QueryError
+        At the second of two clauses with the same name (``duplicate WITHIN clause``).
+    """
+    seen: dict[str, Any] = {}
+    for name, pos, value in clauses:
+        if name in seen:
+            raise QueryError.at(pos, f"duplicate {name} clause")
+        seen[name] = value
+    return seen
+
+
 def _number(tok: Token) -> int | float:
     text = str(tok)
     return float(text) if any(c in text for c in ".eE") else int(text)
@@ -146,11 +162,7 @@ class _ToAst(Transformer[Token, Any]):
     # ---------------------------------------------------------------- layered rules (003)
     def filter_rule(self, meta: Meta, ch: list[Any]) -> ast.FilterRule:
         type_tok, var_tok, *clauses = ch
-        seen: dict[str, Any] = {}
-        for name, pos, value in clauses:
-            if name in seen:
-                raise QueryError.at(pos, f"duplicate {name} clause")
-            seen[name] = value
+        seen = _clauses(clauses)
         return ast.FilterRule(
             str(type_tok), str(var_tok), seen.get("DROP DUPLICATE"), seen.get("DROP WHEN"), pos=_pos(meta)
         )
@@ -158,11 +170,7 @@ class _ToAst(Transformer[Token, Any]):
     # ---------------------------------------------------------------- INTERVAL (issue 15)
     def interval_rule(self, meta: Meta, ch: list[Any]) -> ast.IntervalRule:
         type_tok, var_tok, *clauses, returns = ch
-        seen: dict[str, Any] = {}
-        for name, pos, value in clauses:
-            if name in seen:
-                raise QueryError.at(pos, f"duplicate {name} clause")
-            seen[name] = value
+        seen = _clauses(clauses)
         if "COVER" not in seen:
             raise QueryError.at(_pos(meta), "INTERVAL needs COVER d: how long each event stands for (e.g. COVER 5 min)")
         partitions = tuple(seen.get("PARTITION BY") or ())
@@ -210,11 +218,7 @@ class _ToAst(Transformer[Token, Any]):
 
     def aggregate_query(self, meta: Meta, ch: list[Any]) -> ast.AggregateQuery:
         type_tok, var_tok, *clauses, returns = ch
-        seen: dict[str, Any] = {}
-        for name, pos, value in clauses:
-            if name in seen:
-                raise QueryError.at(pos, f"duplicate {name} clause")
-            seen[name] = value
+        seen = _clauses(clauses)
         window = seen.get("WINDOW")
         if window is None:
             raise QueryError.at(
@@ -280,11 +284,7 @@ class _ToAst(Transformer[Token, Any]):
 
     def pattern_part(self, meta: Meta, ch: list[Any]) -> _Part:
         pattern, *clauses = ch
-        seen: dict[str, Any] = {}
-        for name, pos, value in clauses:
-            if name in seen:
-                raise QueryError.at(pos, f"duplicate {name} clause")
-            seen[name] = value
+        seen = _clauses(clauses)
         where, partitions = seen.get("WHERE"), seen.get("PARTITION BY")
         strategy, within = seen.get("STRATEGY"), seen.get("WITHIN")
         plan = seen.get("PLAN")  # plans (issue 16): (name, position) of PLAN auto | nfa | tree
