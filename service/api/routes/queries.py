@@ -299,7 +299,16 @@ def _check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> Non
         raise ApiError(422, reason, "query.state")
 
 
-def _warm(runtime: LiveRuntime, row: QueryRow, emit_history: bool) -> dict[str, int]:
+def _start_as_asked(
+    runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int, state: str, emit_history: bool
+) -> dict[str, int] | None:
+    """Start an active query (a created or new version) and, for ``?state=warm``, warm it from the archive;
+    returns what warming fed (None: not warmed). Call under the lock, after the commit."""
+    if row.state != "active":
+        return None
+    _start(runtime, row, compiled, t)
+    if state != "warm":
+        return None
     try:
         return runtime.warm_query(row.id, emit_history=emit_history)
     except ValueError as e:
@@ -343,11 +352,7 @@ def create_query(
         _check_warm(state, compiled, runtime)
         session.add(row)
         session.commit()  # before the start: the partial-match store writes to this database too
-        warmed = None
-        if row.state == "active":
-            _start(runtime, row, compiled, t)
-            if state == "warm":
-                warmed = _warm(runtime, row, emit_history)
+        warmed = _start_as_asked(runtime, row, compiled, t, state, emit_history)
     out = public(row, runtime)
     out.warm = warmed
     return out
@@ -513,7 +518,6 @@ def update_query(
     compiled = compile_text(body.text, runtime)
     compiled, choice = _trial_for(body, compiled, runtime)
     _check_warm(state, compiled, runtime)
-    warmed = None
     with runtime.lock:
         row = _get(session, id)
         t = runtime.activation_us()
@@ -529,10 +533,7 @@ def update_query(
         row.resume_from_us = None
         row.counters = None  # a new version counts from zero
         session.commit()
-        if row.state == "active":
-            _start(runtime, row, compiled, t)
-            if state == "warm":
-                warmed = _warm(runtime, row, emit_history)
+        warmed = _start_as_asked(runtime, row, compiled, t, state, emit_history)
     out = public(row, runtime)
     out.warm = warmed
     return out
