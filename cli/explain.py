@@ -92,18 +92,17 @@ def explain(
             fail(str(e))
         except OSError as e:
             fail(f"{events}: {e.strerror or e}")
-    trial = None
-    if using is not None:
-        trial, compiled = _trial(query, text, compiled, *using)
-    try:
-        if trial is not None:
-            k = trial["keys"]
-            result = explain_query(compiled, rates={t: r * k for t, r in trial["rates"].items()}, keys=k)
-        else:
+    if using is not None:  # the chosen plan, its model fed with the slice's rates
+        from engine.nfa.plan_trial import explain_chosen
+
+        trial, chosen = _trial(compiled, *using)
+        result = explain_chosen(chosen, trial)
+    else:
+        try:
             result = explain_query(compiled, events=sample, rates=rate_map, keys=keys)
-    except ValueError as e:
-        fail(str(e))
-    result["trial"] = trial
+        except ValueError as e:
+            fail(str(e))
+        result["trial"] = None
     if as_json:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -130,9 +129,9 @@ def _archive_slice(
     return archive, lo, hi
 
 
-def _trial(query: Path, text: str, compiled: Any, root: Path, lo: int, hi: int) -> tuple[dict[str, Any], Any]:
-    """Read the slice on Spark, run the candidate plans (:mod:`engine.nfa.plan_trial`), compile the winner."""
-    import dataclasses
+def _trial(compiled: Any, root: Path, lo: int, hi: int) -> tuple[dict[str, Any], Any]:
+    """Read the slice on Spark, run the candidate plans (:mod:`engine.nfa.plan_trial`), compile the winner:
+    ``(trial, compiled)``."""
     import shutil
 
     if shutil.which("java") is None:
@@ -140,21 +139,15 @@ def _trial(query: Path, text: str, compiled: Any, root: Path, lo: int, hi: int) 
     from datetime import UTC, datetime
 
     from archive.archived_source import LazyArchiveSource
-    from engine.lql.ast import PatternQuery
-    from engine.lql.parser import parse
-    from engine.nfa.plan_trial import compile_chosen, plan_choice, trial_plans
+    from engine.nfa.plan_trial import choose_by_trial
 
-    parsed = parse(text)
-    assert isinstance(parsed, PatternQuery)  # compile_query accepted it
-    ast = dataclasses.replace(parsed, strategy=compiled.strategy)  # --strategy
     try:
         events = LazyArchiveSource(root).extract(sorted(compiled.types), None, [(lo, hi)])
     except Exception as e:  # noqa: BLE001 - Spark or Delta: the user's archive or setup, reported in one line
         fail(f"{root}: the archive could not be read ({type(e).__name__}: {e})")
-    trial = trial_plans(ast, events)
+    trial, chosen = choose_by_trial(compiled, events)  # compiled.ast carries --strategy
     trial.update({k: datetime.fromtimestamp(us / 1e6, UTC).isoformat() for k, us in (("from", lo), ("to", hi))})
-    choice = plan_choice(trial)
-    return trial, (compiled if choice is None else compile_chosen(ast, None, choice))
+    return trial, chosen
 
 
 def _num(x: float | None, digits: int = 1) -> str:

@@ -181,3 +181,24 @@ def compile_chosen(query: PatternQuery, schemas: Schema | None, choice: dict[str
         order=choice.get("order", "cost"),
         rates=choice.get("rates") or None,
     )
+
+
+def choose_by_trial(
+    query: CompiledQuery, events: Iterable[Event], schemas: Schema | None = None
+) -> tuple[dict[str, Any], CompiledQuery]:
+    """:func:`trial_plans` over ``events`` for the compiled live query ``query`` (its syntax tree, strategy
+    override included), then the winner compiled (:func:`compile_chosen`; ``query`` itself when no candidate
+    ran). Returns ``(trial, compiled)``; ``trial["choice"]`` is :func:`plan_choice`'s, what a registered query
+    keeps. Raises as :func:`trial_plans`."""
+    trial = trial_plans(query.ast, events, schemas)
+    choice = trial["choice"] = plan_choice(trial)
+    return trial, (query if choice is None else compile_chosen(query.ast, schemas, choice))
+
+
+def explain_chosen(compiled: CompiledQuery, trial: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN of the plan a trial chose (:func:`engine.nfa.explain.explain`), its cost model fed with the
+    slice's rates and keys, and the trial under ``"trial"``."""
+    keys = trial["keys"]
+    result = explain(compiled, rates={t: r * keys for t, r in trial["rates"].items()}, keys=keys)
+    result["trial"] = trial
+    return result

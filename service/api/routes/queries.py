@@ -179,7 +179,7 @@ def _trial_for(
         return compiled, None
     if not isinstance(compiled, CompiledQuery):
         raise ApiError(422, "plan_trial applies to live pattern queries (PATTERN ...) only", "body.plan_trial")
-    trial, chosen = run_plan_trial(body.text, body.plan_trial, runtime, compiled, "body.plan_trial")
+    trial, chosen = run_plan_trial(body.plan_trial, runtime, compiled, "body.plan_trial")
     return chosen, trial["choice"]
 
 
@@ -372,6 +372,7 @@ def explain_query(body: ExplainRequest, runtime: RuntimeDep, _: ReadKey) -> Expl
     from engine.compiler import compile_query
     from engine.events import Event
     from engine.nfa.explain import explain
+    from engine.nfa.plan_trial import explain_chosen
 
     try:
         compiled = compile_query(
@@ -395,29 +396,23 @@ def explain_query(body: ExplainRequest, runtime: RuntimeDep, _: ReadKey) -> Expl
             except EventInvalid as e:
                 raise ApiError(422, e.reason, f"body.events[{i}]" + (f".{e.field}" if e.field else "")) from None
             sample.append(Event(eid if eid is not None else i, spec.name, ts, attrs, ts_end))
-    trial = None
-    if body.using_archive is not None:
-        trial, compiled = run_plan_trial(body.text, body.using_archive, runtime, compiled, "body.using_archive")
+    if body.using_archive is not None:  # the chosen plan, its model fed with the slice's rates
+        trial, chosen = run_plan_trial(body.using_archive, runtime, compiled, "body.using_archive")
+        return ExplainResult.model_validate(explain_chosen(chosen, trial))
     try:
-        if trial is not None:  # the chosen plan, its model fed with the slice's rates
-            keys = trial["keys"]
-            result = explain(compiled, rates={t: r * keys for t, r in trial["rates"].items()}, keys=keys)
-        else:
-            result = explain(compiled, events=sample, rates=body.rates, keys=body.keys)
+        result = explain(compiled, events=sample, rates=body.rates, keys=body.keys)
     except ValueError as e:
         raise ApiError(422, str(e), "body.rates") from None
-    return ExplainResult.model_validate({**result, "trial": trial})
+    return ExplainResult.model_validate(result)
 
 
 def run_plan_trial(
-    text: str, where_slice: ArchiveSlice, runtime: LiveRuntime, compiled: CompiledQuery, where: str
+    where_slice: ArchiveSlice, runtime: LiveRuntime, compiled: CompiledQuery, where: str
 ) -> tuple[dict[str, Any], CompiledQuery]:
     """``EXPLAIN ... USING ARCHIVE [from, to)`` (issue 16): read the slice through Spark, run the candidate plans
     over it (:mod:`engine.nfa.plan_trial`) and compile the query as the winner. Returns (trial, compiled); the
     trial's ``choice`` is what a registered query keeps. Errors name ``where`` (the body field of the slice)."""
-    from engine.lql.ast import PatternQuery
-    from engine.lql.parser import parse
-    from engine.nfa.plan_trial import compile_chosen, plan_choice, trial_plans
+    from engine.nfa.plan_trial import choose_by_trial
 
     try:
         lo = parse_wire_ts(where_slice.from_)
@@ -444,13 +439,9 @@ def run_plan_trial(
     except Exception as e:  # Spark or Delta failed: the request can be retried
         log.exception("plan trial: reading the archive failed")
         raise ApiError(503, f"the archive could not be read: {type(e).__name__}", where) from None
-    schemas = runtime.schemas()
-    ast = parse(text, schemas)
-    assert isinstance(ast, PatternQuery)  # compiled to a CompiledQuery: a live-only pattern query
-    trial = trial_plans(ast, events, schemas)
-    choice = plan_choice(trial)
-    trial.update({"from": iso(lo), "to": iso(hi), "choice": choice})
-    return trial, (compiled if choice is None else compile_chosen(ast, schemas, choice))
+    trial, chosen = choose_by_trial(compiled, events, runtime.schemas())
+    trial.update({"from": iso(lo), "to": iso(hi)})
+    return trial, chosen
 
 
 Kind = Literal["live", "live_archived", "filter", "aggregate", "interval"]
