@@ -32,6 +32,7 @@ conjuncts once at start, so those keep their compile-time order there.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -153,27 +154,33 @@ class ConjunctGroup:
     def _make_probe(self) -> Any:
         group = self
         if not self.general:
-            fns = self.items
 
             def probe(a: Any, b: Any, c: Any) -> bool:
-                st = group.stats
-                st.calls += 1
-                ok = True
-                passes = st.passes
-                for i in group.order:
-                    if fns[i](a, b, c):
-                        passes[i] += 1
-                    else:
-                        ok = False
-                if ok:
-                    st.all_passed += 1
-                group.remaining -= 1
-                if group.remaining == 0:
-                    group._finish()
-                return ok
+                return _measure(group, lambda f: f(a, b, c))
 
             return probe
         return _ProbeConjunct(self)
+
+
+def _measure(group: ConjunctGroup, check: Callable[[Any], bool]) -> bool:
+    """One probe evaluation: every member of ``group`` checked (``check(member)``) and counted, in the
+    current order; the burst ends after its last evaluation. True when all passed."""
+    st = group.stats
+    st.calls += 1
+    ok = True
+    passes = st.passes
+    items = group.items
+    for i in group.order:
+        if check(items[i]):
+            passes[i] += 1
+        else:
+            ok = False
+    if ok:
+        st.all_passed += 1
+    group.remaining -= 1
+    if group.remaining == 0:
+        group._finish()
+    return ok
 
 
 class _ProbeConjunct(Conjunct):
@@ -185,28 +192,11 @@ class _ProbeConjunct(Conjunct):
         super().__init__(fn=_never)
         self.group = group
 
-    def _run(self, check: Any) -> bool:
-        g = self.group
-        st = g.stats
-        st.calls += 1
-        ok = True
-        for i in g.order:
-            if check(g.items[i]):
-                st.passes[i] += 1
-            else:
-                ok = False
-        if ok:
-            st.all_passed += 1
-        g.remaining -= 1
-        if g.remaining == 0:
-            g._finish()
-        return ok
-
     def holds_all(self, env: Any, x: Event | None = None) -> bool:
-        return self._run(lambda c: c.holds_all(env, x))
+        return _measure(self.group, lambda c: c.holds_all(env, x))
 
     def holds_last(self, env: Any) -> bool:
-        return self._run(lambda c: c.holds_last(env))
+        return _measure(self.group, lambda c: c.holds_last(env))
 
 
 def _never(env: Any, i: int, x: Any) -> bool:  # pragma: no cover - the probe overrides holds_*
