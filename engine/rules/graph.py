@@ -404,8 +404,7 @@ class RuleGraph:
                 try:
                     found = push(e)
                 except ValueError as err:  # LateEventError: counted by the node's detector
-                    self.late.append(f"{name}: {err}")
-                    self.late_events.append((name, e, str(getattr(err, "reason", err))))
+                    self._late(name, e, err)
                     continue
                 except PluginError as err:  # a plug-in misbehaved: this node stops, the others go on
                     self._plugin_failed(node, e, err)
@@ -521,14 +520,18 @@ class RuleGraph:
             else:
                 found = node.detector.push(event)
         except ValueError as e:  # LateEventError: counted by the node's detector; the others still get it
-            self.late.append(f"{node.name}: {e}")
-            self.late_events.append((node.name, event, str(getattr(e, "reason", e))))
+            self._late(node.name, event, e)
             return
         except PluginError as err:  # a plug-in misbehaved: this node stops, the others go on
             self._plugin_failed(node, event, err)
             return
         if found:
             self._results(node, found, out)
+
+    def _late(self, name: str, event: Event, err: ValueError) -> None:
+        """Record that node ``name`` refused ``event`` as late (:attr:`late`, :attr:`late_events`)."""
+        self.late.append(f"{name}: {err}")
+        self.late_events.append((name, event, str(getattr(err, "reason", err))))
 
     def _results(self, node: Node, matches: list[Match], out: list[tuple[str, Match]]) -> None:
         if not matches:
