@@ -201,8 +201,12 @@ class ProcessWorker:
         self.observe = observe
         self.stopped = False
         self.unsent = 0
+        self.sent = 0
+        """Events piped to the child so far."""
         self._unsent_lock = threading.Lock()
         self._last_stats: dict[str, Any] = {}
+        self._answered_sent = 0
+        """:attr:`sent` when the child was asked for ``_last_stats`` (the pipe is in order: it had read them)."""
         self._last_resume: int | None = None
         self._calls: dict[int, Callable[[], None]] = {}
         self._call_ids = itertools.count(1)
@@ -258,15 +262,20 @@ class ProcessWorker:
         return value if value is not None else self._last_resume
 
     def stats(self) -> dict[str, Any]:
-        """The child's :meth:`LiveArchivedWorker.stats`; ``backlog_events`` includes events not sent yet."""
+        """The child's :meth:`LiveArchivedWorker.stats`; ``backlog_events`` includes events not sent yet and,
+        while the child is starting or too busy to answer (the last counters stand), those piped to it since."""
         d = self._last_stats or self._empty_stats()
         if self.ready.is_set():  # before: the child is still starting (registering never waits for it)
+            asked = self.sent
             try:
                 d = self._last_stats = self.chan.request("stats").result(timeout=STATS_TIMEOUT_S)
+                self._answered_sent = asked
             except Exception:  # noqa: BLE001 - busy or gone: the last counters
                 pass
         d = dict(d)
-        d["backlog_events"] = d.get("backlog_events", 0) + self.unsent
+        with self._unsent_lock:
+            waiting = self.unsent + self.sent - self._answered_sent
+        d["backlog_events"] = d.get("backlog_events", 0) + waiting
         d["process"] = {"pid": self.proc.pid, "alive": self.proc.is_alive()}
         return d
 
@@ -304,6 +313,7 @@ class ProcessWorker:
                 self.chan.send(("events", [(e.id, e.type, e.ts, e.attrs, e.ts_end) for e in events], wm, at))
                 with self._unsent_lock:
                     self.unsent -= len(events)
+                    self.sent += len(events)
             except (OSError, ValueError):
                 log.error("live-and-archived query %s: its process is gone", self.name)
                 return
