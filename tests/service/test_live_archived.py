@@ -112,11 +112,16 @@ def wait_idle(c: httpx.Client, ids: list[int], receiver: Receiver, timeout_s: fl
     while time.monotonic() < deadline:
         done = True
         for qid in ids:
-            la = c.get(f"/queries/{qid}").json()["stats"]["live_archived"]
+            stats = c.get(f"/queries/{qid}").json()["stats"]
+            assert not stats["failed"], f"query {qid} stopped: {stats['failed']}"
+            la = stats["live_archived"]
             if la is not None and (la["backlog_events"] or la["requests_in_flight"] or la["pending_live_instances"]):
                 done = False
         if done:
-            if len(receiver.ok()) >= sum(count_alerts(c, q) for q in ids):
+            # distinct idempotency keys: a redelivery (the receiver answered after the service's timeout) is
+            # received twice, and counting requests would stop the wait before the last alerts arrived
+            keys = {d["headers"]["idempotency-key"] for d in receiver.ok()}
+            if len(keys) >= sum(count_alerts(c, q) for q in ids):
                 return
         time.sleep(0.5)
     states = {q: c.get(f"/queries/{q}").json()["stats"] for q in ids}
