@@ -12,6 +12,8 @@ alerts expected (the engine's matcher over the acknowledged events, taken once),
 * ``out-of-step``: a second stream four days behind the first (it used to be rejected as late).
 * ``retry``: every request posted twice, as a producer retrying after lost answers (it used to be taken twice).
 * ``huge-query``: a query of 3,500 components and one with ``WITHIN 1e30 days`` registered first (accepted before).
+* ``exploding-query``: beside the alerting query, a Kleene closure under ``skip_till_any_match`` that doubles its
+  runs with every event (it used to hold the ingest lock for minutes); reports the slowest request's wall time.
 
     python -m bench.data_faults
 """
@@ -83,6 +85,12 @@ def run_fault(name: str, tmp: Path) -> dict[str, Any]:
                     ).status_code,
                 ]
                 row["queries_refused"] = f"{refused.count(422)} of 2 (422)"
+            if name == "exploding-query":
+                boom = (
+                    f"NAME {unique('boom')} PATTERN SEQ({t} a, {t}+ b[], {t} c) WHERE c.price > a.price + 100 "
+                    "STRATEGY skip_till_any_match WITHIN 1 day"
+                )
+                c.post("/queries", json={"text": boom, "pm_capacity": 1_000_000}).raise_for_status()
             text = _query(t)
             qid = c.post("/queries", json={"text": text}).json()["id"]
             c.post("/webhooks", json={"query_id": qid, "url": rx.url}).raise_for_status()
@@ -101,9 +109,14 @@ def run_fault(name: str, tmp: Path) -> dict[str, Any]:
                 c.post("/events", json=[{"type": t2, "ts": base + 4 * DAY_MS, "attrs": {"symbol": "X", "price": 1.0}}])
             posted = acked = 0
             taken: list[dict[str, Any]] = []
+            slowest = 0.0
             for batch in batches:
                 for _ in range(2 if name == "retry" else 1):
-                    r = c.post("/events", json=batch).json()
+                    started = time.monotonic()
+                    r = c.post("/events", json=batch, timeout=3600).json()
+                    slowest = max(slowest, time.monotonic() - started)
+                    if r.get("query_errors"):
+                        row["query_errors"] = [e["reason"][:80] for e in r["query_errors"]]
                     posted += len(batch)
                     acked += r["accepted"] + len(r.get("duplicates", []))
                     ok = set(r["ids"]) | set(r.get("duplicates", []))
@@ -128,6 +141,7 @@ def run_fault(name: str, tmp: Path) -> dict[str, Any]:
             alerts_delivered=len(set(keys)),
             duplicates=len(keys) - len(set(keys)),
             dead_letters=int(float(dead)),
+            slowest_request_s=round(slowest, 2),
         )
     finally:
         svc.stop()
@@ -137,7 +151,7 @@ def run_fault(name: str, tmp: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--faults", default="far-future,year-one,out-of-step,retry,huge-query")
+    ap.add_argument("--faults", default="far-future,year-one,out-of-step,retry,huge-query,exploding-query")
     args = ap.parse_args(argv)
     rows = []
     for name in args.faults.split(","):
@@ -153,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         "alerts_delivered",
         "duplicates",
         "dead_letters",
+        "slowest_request_s",
     ]
     print("| " + " | ".join(cols) + " |")
     print("|" + " --- |" * len(cols))

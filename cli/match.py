@@ -156,8 +156,8 @@ class _GraphRun:
 
     def _check_plugins(self) -> None:
         """A plug-in that misbehaved stopped its statement: stop the run with one error line naming both."""
-        if self.graph.plugin_errors:
-            name, _, reason = self.graph.take_plugin_errors()[0]
+        if self.graph.failures:
+            name, _, reason = self.graph.take_failures()[0]
             fail(f"statement {name}: {reason}")
 
     def take_late(self) -> list[str]:

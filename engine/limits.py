@@ -26,11 +26,15 @@ class QueryLimits:
         WITHIN, int microseconds (each side).
     max_lookback_us : int | None
         LOOKBACK, int microseconds.
+    max_match_s : float | None
+        CPU seconds a query may spend matching one batch of ingested events; past it the query stops
+        (``RuleGraph.time_budget_s``), so one query cannot stall the ingest or the others (issue 13).
     """
 
     max_components: int | None = 64
     max_window_us: int | None = 31 * 86_400_000_000
     max_lookback_us: int | None = 366 * 86_400_000_000
+    max_match_s: float | None = 5.0
 
 
 def _days(us: int) -> str:

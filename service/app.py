@@ -135,6 +135,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
             max_components=settings.max_query_components,
             max_window_us=round(settings.max_window_s * 1e6),
             max_lookback_us=round(settings.max_lookback_s * 1e6),
+            max_match_s=settings.query_max_match_s,
         ),
     )
     for row in type_rows:

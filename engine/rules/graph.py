@@ -183,9 +183,19 @@ class RuleGraph:
         self.report_derived = False
         """Also return the results of EMIT INTO nodes from push/advance/flush (``lace match`` writes them)."""
         self.late_events: list[tuple[str, Event, str]] = []
-        self.plugin_errors: list[tuple[str, Event | None, str]] = []
-        """(statement name, the event or None for a watermark, reason): nodes a plug-in failed on; they stop."""
         """(node, event, reason) of the late refusals since the last :meth:`take_late`."""
+        self.failures: list[tuple[str, Event | None, str]] = []
+        """(statement name, the event or None for a watermark, reason): nodes that failed (a plug-in misbehaved,
+        or the node overran :attr:`time_budget_s`); they stop."""
+        self.time_budget_s: float | None = None
+        """CPU seconds (this thread's, ``time.thread_time``) one node may spend on one :meth:`push_batch` (or on
+        releasing its inbox in one advance); past it the node stops (failed, with the reason) after the event in
+        hand, so one statement cannot stall the ingest or the others (issue 13). Waiting does not count: a
+        statement whose partial matches spill to a SQL store on every event is slow, not runaway, and a busy
+        machine does not stop queries. The wall clock is read per event and the CPU clock only once the wall
+        clock passed the budget. None: no bound."""
+        self.budget_note = ""
+        """Appended to the over-budget reason (the service names its setting there)."""
         self.late: list[str] = []
         """Why events were refused as late by some node since the last :meth:`take_late` (the event
         still reached the other nodes)."""
@@ -239,7 +249,13 @@ class RuleGraph:
             self._emitters.setdefault(emit, []).append(node)
         if self.router is not None:
             self.router.add(name, tree)
-        self._reorder()
+        if emit is None:  # nothing reads it: last in the topological order (O(1), not a full re-sort)
+            node.buffered = bool(reads.intersection(self._emitters))
+            self._order.append(node)
+            if node.buffered or _timed(node):
+                self._timed.append(node)
+        else:
+            self._reorder()
 
     def remove(self, name: str) -> list[Match]:
         """Remove a statement; returns nothing of it (its partial matches and open windows are dropped).
@@ -256,13 +272,16 @@ class RuleGraph:
         node = self.nodes.pop(name)
         for t in node.reads:
             self._readers[t].remove(node)
+        if self.router is not None:
+            self.router.remove(name)
         if node.emit_into is not None:
             self._emitters[node.emit_into].remove(node)
             if not self._emitters[node.emit_into]:
                 del self._emitters[node.emit_into]
-        if self.router is not None:
-            self.router.remove(name)
-        self._reorder()
+            self._reorder()
+        else:  # nothing read it: the others keep their order
+            self._order = [n for n in self._order if n is not node]
+            self._timed = [n for n in self._timed if n is not node]
         return []
 
     def cycle(self, statement: Any, exclude: str | None = None) -> str | None:
@@ -372,6 +391,7 @@ class RuleGraph:
             for n in self._readers.get(t, ()):
                 nodes.setdefault(n.name, n)
         router = self.router
+        budget = self.time_budget_s
         per_node: dict[str, list[Event]] | None = None
         if router is not None and any(len(self._readers.get(t, ())) > self.index_min for t in types):
             # the events each statement can take, in arrival order: O(statements reached), not O(statements x events)
@@ -399,18 +419,24 @@ class RuleGraph:
                     heapq.heappush(node.inbox, (e.ts, e.id, next(self._seq), e))
                 continue
             push, name = node.detector.push, node.name
-            started = time.thread_time() if self.measure_cpu else 0.0
-            for e in mine:
+            started = time.thread_time() if self.measure_cpu or budget is not None else 0.0
+            deadline = None if budget is None else time.perf_counter() + budget
+            for k, e in enumerate(mine):
                 try:
                     found = push(e)
                 except ValueError as err:  # LateEventError: counted by the node's detector
                     self._late(name, e, err)
                     continue
                 except PluginError as err:  # a plug-in misbehaved: this node stops, the others go on
-                    self._plugin_failed(node, e, err)
+                    self._fail(node, e, str(err))
                     break
                 if found:
                     self._results(node, found, out)
+                if deadline is not None and time.perf_counter() > deadline:
+                    deadline = self._cpu_deadline(started)
+                    if deadline is None:
+                        self._overran(node, e, k + 1, len(mine))
+                        break
             if self.measure_cpu:
                 node.cpu_s += time.thread_time() - started
         return out
@@ -447,7 +473,7 @@ class RuleGraph:
             try:
                 self._results(node, node.detector.flush(), out)
             except PluginError as err:
-                self._plugin_failed(node, None, err)
+                self._fail(node, None, str(err))
         return out
 
     def warm(self, name: str, events: Iterable[Event], watermark_us: int | None) -> list[Match]:
@@ -469,6 +495,38 @@ class RuleGraph:
             out.extend(node.detector.advance(watermark_us))
             node.consumed = max(node.consumed, watermark_us)
         return out
+
+    def replace(
+        self, name: str, statement: Any, detector: Any, history: Iterable[Event], watermark_us: int | None
+    ) -> int:
+        """Switch node ``name`` to another plan of its statement on the fly (004: a plan switch on a running
+        query loses and repeats nothing): ``detector`` (of ``statement``, the same pattern compiled another way)
+        takes the node's place, is fed ``history`` (in (ts, id) order) and advanced to ``watermark_us`` as
+        :meth:`warm` does, and what that history completes is dropped: the old detector reported it.
+
+        ``history`` must hold every event of the node's types from ``newest ts - WITHIN - lateness`` on: a
+        result still to come has its first event there, so the new detector finds every such result once, and
+        its pending ones (a trailing negation waiting for its window to close) are rebuilt. The node keeps
+        its name, inbox, counters and place in the graph. Returns how many history results were dropped.
+
+        Raises
+        ------
+        KeyError
+            For an unknown node.
+        ValueError
+            When ``statement`` reads other event types or emits into another type than the node.
+        """
+        node = self.nodes[name]
+        tree = statement_ast(statement)
+        if read_types(tree) != node.reads or getattr(tree, "emit_into", None) != node.emit_into:
+            raise ValueError(f"a plan switch keeps the statement: {name} reads or emits other event types")
+        node.statement, node.detector = statement, detector
+        node.negation_slack_us = _negation_slack(statement)
+        self._reorder()  # the timed nodes: a negation's slack may differ between plans
+        consumed = node.consumed
+        dropped = len(self.warm(name, history, watermark_us))
+        node.consumed = max(consumed, node.consumed)
+        return dropped
 
     def take_derived(self) -> list[tuple[str, Event]]:
         """The derived events emitted since the last call, with the emitting statement's name (set
@@ -496,15 +554,32 @@ class RuleGraph:
         self.late_events = []
         return out
 
-    def take_plugin_errors(self) -> list[tuple[str, Event | None, str]]:
-        """The plug-in failures since the last call: ``(statement name, event or None, reason)``."""
-        out, self.plugin_errors = self.plugin_errors, []
+    def take_failures(self) -> list[tuple[str, Event | None, str]]:
+        """The node failures since the last call: ``(statement name, event or None, reason)``."""
+        out, self.failures = self.failures, []
         return out
 
-    def _plugin_failed(self, node: Node, event: Event | None, err: PluginError) -> None:
-        node.failed = str(err)
+    def _fail(self, node: Node, event: Event | None, reason: str) -> None:
+        node.failed = reason
         node.inbox.clear()
-        self.plugin_errors.append((node.name, event, str(err)))
+        self.failures.append((node.name, event, reason))
+
+    def _cpu_deadline(self, cpu0: float) -> float | None:
+        """The wall clock passed the budget: None when this thread's CPU time since ``cpu0`` (``time.thread_time``)
+        did too, else the wall-clock time to look again (CPU time grows no faster than the wall clock, so the
+        budget cannot run out before it). Waiting (for the partial-match store's SQL, for other threads holding
+        the GIL on a busy machine) does not count against a query; computing does."""
+        assert self.time_budget_s is not None
+        left = self.time_budget_s - (time.thread_time() - cpu0)
+        return None if left <= 0 else time.perf_counter() + left
+
+    def _overran(self, node: Node, event: Event, done: int, total: int) -> None:
+        self._fail(
+            node,
+            event,
+            f"matching took more than {self.time_budget_s:g} s of CPU time for one batch (stopped after "
+            f"{done} of its {total} events){self.budget_note}",
+        )
 
     def _offer(self, node: Node, event: Event, out: list[tuple[str, Match]]) -> None:
         if node.failed is not None:
@@ -523,7 +598,7 @@ class RuleGraph:
             self._late(node.name, event, e)
             return
         except PluginError as err:  # a plug-in misbehaved: this node stops, the others go on
-            self._plugin_failed(node, event, err)
+            self._fail(node, event, str(err))
             return
         if found:
             self._results(node, found, out)
@@ -566,14 +641,23 @@ class RuleGraph:
     def _release(self, node: Node, wm: int, out: list[tuple[str, Match]]) -> None:
         inbox = node.inbox
         push = node.detector.push
+        cpu0 = time.thread_time()
+        deadline = None if self.time_budget_s is None else time.perf_counter() + self.time_budget_s
+        done = 0
         while inbox and inbox[0][0] <= wm:
             event = heapq.heappop(inbox)[3]
             try:
                 found = push(event)
             except PluginError as err:
-                self._plugin_failed(node, event, err)
+                self._fail(node, event, str(err))
                 return
             self._results(node, found, out)
+            done += 1
+            if deadline is not None and time.perf_counter() > deadline:
+                deadline = self._cpu_deadline(cpu0)
+                if deadline is None:
+                    self._overran(node, event, done, done + sum(1 for x in inbox if x[0] <= wm))
+                    return
 
     def _node_watermark(self, node: Node, ingest_wm: int) -> int | None:
         base = self._base_wm
@@ -593,18 +677,23 @@ class RuleGraph:
 
     def _settle(self, out: list[tuple[str, Match]], ingest_wm: int, force: bool = False) -> None:
         for node in self._order if force or self._base_wm is not None else self._timed:
+            if node.failed is not None:
+                continue
+            deadline = node.detector.next_deadline()
+            if deadline is None and not force and node.emit_into is None and not node.buffered:
+                continue  # nothing due, no inbox, no derived stream whose watermark follows its own: skipped
             wm = self._node_watermark(node, ingest_wm)
-            if wm is None or node.failed is not None:
+            if wm is None:
                 continue
             if node.buffered:
                 self._release(node, wm, out)
+                deadline = node.detector.next_deadline()  # what the inbox brought
             if wm > node.consumed and node.failed is None:
-                deadline = node.detector.next_deadline()
                 if force or (deadline is not None and deadline <= wm):
                     try:
                         self._results(node, node.detector.advance(wm), out)
                     except PluginError as err:
-                        self._plugin_failed(node, None, err)
+                        self._fail(node, None, str(err))
                 node.consumed = wm
         for f_list in self.filters.values():
             for f in f_list:

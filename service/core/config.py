@@ -91,6 +91,11 @@ class Settings(BaseSettings):
     """Longest WITHIN a query may have (a restart replays that much of the archive)."""
     max_lookback_s: Annotated[float, Field(gt=0)] = 366 * 86_400.0
     """Longest LOOKBACK a live-and-archived query may have."""
+    query_max_match_s: Annotated[float, Field(gt=0)] = 5.0
+    """CPU seconds one query may spend matching one request's events (or one watermark's release of its
+    derived events; time waiting for the partial-match store or for other threads does not count); past it
+    the query stops with the reason in its stats (``failed``) and in the answer's ``query_errors``, and the
+    ingest and the other queries go on. Resume or update it to start it again."""
     thread_switch_interval_ms: Annotated[float, Field(gt=0, le=100)] = 1.0
     """Python's thread switch interval in the service (``sys.setswitchinterval``): live-and-archived workers
     and archive requests run on threads; a shorter interval than Python's 5 ms keeps them from holding ingest

@@ -5,9 +5,11 @@ survives a power cut), foreign keys on and a busy timeout; PostgreSQL through ps
 """
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +48,28 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+_write_gates: weakref.WeakKeyDictionary[Engine, threading.RLock] = weakref.WeakKeyDictionary()
+_gates_lock = threading.Lock()
+
+
+def _write_gate(factory: sessionmaker[Session]) -> AbstractContextManager[Any]:
+    """One lock per SQLite engine that the service's own transactions (alerts, delivery marks, checkpoints)
+    take in turn: SQLite has one writer at a time, and a writer that finds the file locked sleeps in its
+    busy handler (1 ms, 2 ms, 5 ms ... up to 100 ms steps) instead of being woken when the lock is free;
+    queued on a Python lock, the next one starts at once. Nothing for PostgreSQL (row locks)."""
+    bind = factory.kw.get("bind")
+    if not isinstance(bind, Engine) or bind.dialect.name != "sqlite":
+        return nullcontext()
+    with _gates_lock:
+        gate = _write_gates.get(bind)
+        if gate is None:
+            gate = _write_gates[bind] = threading.RLock()
+    return gate
+
+
 @contextmanager
 def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error."""
-    with factory() as session, session.begin():
+    """A session that commits on success and rolls back on error (on SQLite, one such transaction at a
+    time per engine: see :func:`_write_gate`; the body must not wait for another lock)."""
+    with _write_gate(factory), factory() as session, session.begin():
         yield session

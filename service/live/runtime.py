@@ -267,6 +267,11 @@ class LiveRuntime:
         self.on_deliveries: Callable[[], None] | None = None
         self.graph = RuleGraph(auto_advance=False, measure_cpu=True, next_id=self._next_id, router=RuleIndex())
         """Every statement but the live-and-archived ones: filters first, derived streams between (003)."""
+        self.graph.time_budget_s = self.limits.max_match_s
+        self.graph.budget_note = (
+            "; a query may match one request for at most LACE_QUERY_MAX_MATCH_S of CPU time; it stops here: "
+            "narrow its WITHIN or add predicates, then resume or update it"
+        )
         self.graph.keep_derived = True
         self.emitters: dict[str, set[int]] = {}
         """Derived event type -> the queries that EMIT INTO it."""
@@ -310,14 +315,9 @@ class LiveRuntime:
             self.stop_query(query_id)
             opts = self.resolve(options or RunOptions())
             types = compiled.stream_types
-            lateness = {t: self.types[t].lateness_us for t in types if t in self.types}
+            lateness = self._lateness(types)
             max_lateness = max(lateness.values(), default=0)
-            common: dict[str, Any] = {
-                "pm_capacity": opts.pm_capacity,
-                "pm_policy": opts.pm_policy,
-                "pm_store": self.pm_store if opts.pm_capacity is not None else None,
-                "pm_query_id": f"q{query_id}",
-            }
+            common = self._pm_options(query_id, opts)
             detector: Detector | None = None
             worker: LiveArchivedWorker | ProcessWorker | None = None
             if isinstance(compiled, LiveArchivedPlan):
@@ -362,7 +362,7 @@ class LiveRuntime:
                         lateness_us=max_lateness,
                     )
             elif isinstance(compiled, CompiledQuery):
-                detector = make_detector(compiled, storage="chain", allowed_lateness_us=lateness, **common)
+                detector = self._pattern_detector(query_id, compiled, opts)
             elif not isinstance(compiled, CompiledFilter):
                 detector = compiled.make_detector(lateness)
             lq = LiveQuery(
@@ -411,12 +411,58 @@ class LiveRuntime:
         lq = self.queries[query_id]
         if lq.node is None:
             raise ValueError("state=warm applies to statements of the rule graph, not to live-and-archived queries")
+        history, wm = self._window_history(lq)
+        results = self.graph.warm(str(query_id), history, wm)
+        alerts = 0
+        if emit_history and results and lq.compiled.emit_into is None:
+            alerts = self._save([Found(query_id, m, lq.version) for m in results])
+        return {"events": len(history), "results": len(results), "alerts": alerts}
+
+    def switch_plan(self, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
+        """Switch a running pattern query to another plan of its text (``POST /queries/{id}/plan``, 004):
+        a new detector of ``compiled`` takes its place in the rule graph, rebuilt from the current window's
+        events (archive and recent buffer, as ``state=warm`` reads them), so nothing is lost and nothing is
+        reported twice (:meth:`engine.rules.graph.RuleGraph.replace`). Counters go on; its spilled partial
+        matches are dropped with the old detector. Call under the lock.
+
+        Returns ``{"events": window events fed, "results": results they completed (dropped: reported)}``.
+
+        Raises
+        ------
+        ValueError
+            For a query that is not a running pattern query of the rule graph, a failed one, or without the
+            archive.
+        """
+        lq = self.queries.get(query_id)
+        if lq is None or lq.node is None or not isinstance(lq.compiled, CompiledQuery):
+            raise ValueError("a plan switch applies to running pattern queries (PATTERN ...)")
+        if lq.failed is not None:
+            raise ValueError(f"the query failed ({lq.failed}); resume it first")
+        history, wm = self._window_history(lq)
+        totals = lq.totals()
+        if self.pm_store is not None and lq.options.pm_capacity is not None:
+            self.pm_store.clear(f"q{query_id}")  # the old detector's spilled partial matches
+        detector = self._pattern_detector(query_id, compiled, lq.options)
+        dropped = self.graph.replace(str(query_id), compiled, detector, history, wm)
+        lq.compiled, lq.detector = compiled, detector
+        lq.base = totals
+        lq.offset = lq.counts()  # the window's events are counted once, before the switch
+        lq.saved_mark = None
+        return {"events": len(history), "results": dropped}
+
+    def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
+        """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN or the window
+        size; ``replay_max_us`` without one), from the archive and the recent buffer, in (ts, id) order, and
+        the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
+
+        Raises ValueError without the archive."""
         if self.archive is None:
-            raise ValueError("state=warm needs the archive (LACE_ARCHIVE_ENABLED=true)")
+            raise ValueError("rebuilding a query's state reads the archive (LACE_ARCHIVE_ENABLED=true)")
         types = lq.compiled.stream_types
         tops = [self.type_max[t] for t in types if t in self.type_max]
+        wm = self._types_watermark(frozenset(t for t in types if t not in self.emitters))
         if not tops:
-            return {"events": 0, "results": 0, "alerts": 0}
+            return [], wm
         span = getattr(lq.compiled, "window_us", None) or self.replay_max_us
         since = max(tops) - min(span + lq.max_lateness_us, self.replay_max_us)
         from service.live.replay import read_tail
@@ -431,13 +477,31 @@ class LiveRuntime:
         for e in self.archive.buffer.events([t for t in types if t in self.types]):
             if e.ts >= since:
                 seen.setdefault(e.id, e)
-        history = sorted(seen.values(), key=lambda e: (e.ts, e.id))
-        wm = self._types_watermark(frozenset(t for t in types if t not in self.emitters))
-        results = self.graph.warm(str(query_id), history, wm)
-        alerts = 0
-        if emit_history and results and lq.compiled.emit_into is None:
-            alerts = self._save([Found(query_id, m, lq.version) for m in results])
-        return {"events": len(history), "results": len(results), "alerts": alerts}
+        return sorted(seen.values(), key=lambda e: (e.ts, e.id)), wm
+
+    def _pattern_detector(self, query_id: int, compiled: CompiledQuery, opts: RunOptions) -> Detector:
+        """A live pattern query's matcher in the service: chain storage, its types' lateness, its budget
+        (``opts`` resolved, :meth:`resolve`)."""
+        return make_detector(
+            compiled,
+            storage="chain",
+            allowed_lateness_us=self._lateness(compiled.stream_types),
+            **self._pm_options(query_id, opts),
+        )
+
+    def _lateness(self, types: Iterable[str]) -> dict[str, int]:
+        """Allowed lateness per registered event type of ``types``, int microseconds."""
+        return {t: self.types[t].lateness_us for t in types if t in self.types}
+
+    def _pm_options(self, query_id: int, opts: RunOptions) -> dict[str, Any]:
+        """A query's partial-match budget as ``make_detector`` keywords (``opts`` resolved): capacity, policy,
+        and the spill store under the query's own name when there is a capacity."""
+        return {
+            "pm_capacity": opts.pm_capacity,
+            "pm_policy": opts.pm_policy,
+            "pm_store": self.pm_store if opts.pm_capacity is not None else None,
+            "pm_query_id": f"q{query_id}",
+        }
 
     def warm_source(self) -> None:
         """Start the archive source (Spark) on a background thread, once: registering a query never waits."""
@@ -660,8 +724,8 @@ class LiveRuntime:
             found.extend(Found(int(name), m) for name, m in graph.push_batch(events))
             if graph.late_events:
                 self._query_late(graph, events, index, res)
-            if graph.plugin_errors:
-                self._plugin_failed(graph, events, index, res)
+            if graph.failures:
+                self._failed(graph, events, index, res)
         found.extend(self._advance())
         per_query: dict[int, int] = {}
         for f in found:
@@ -683,12 +747,13 @@ class LiveRuntime:
                 res.query_late.append({"index": index[k], "query": lq.name if lq else name, "reason": reason})
         graph.take_late()
 
-    def _plugin_failed(
+    def _failed(
         self, graph: RuleGraph, events: list[Event] | None, index: list[int] | None, res: IngestResult | None
     ) -> None:
-        """Mark the queries a plug-in failed on (issue 16): they stop matching, the ingest and the others go on."""
+        """Mark the queries that failed (a plug-in misbehaved, issue 16; a query overran its matching time, issue
+        13): they stop matching, the ingest and the others go on."""
         where = {id(e): k for k, e in enumerate(events or ())}
-        for name, event, reason in graph.take_plugin_errors():
+        for name, event, reason in graph.take_failures():
             lq = self.queries.get(int(name))
             if lq is not None and lq.failed is None:
                 lq.failed = reason
@@ -721,8 +786,8 @@ class LiveRuntime:
         if not tops:
             return []
         out = [Found(int(name), m) for name, m in graph.advance(max(tops), self._types_watermark)]
-        if graph.plugin_errors:
-            self._plugin_failed(graph, None, None, None)
+        if graph.failures:
+            self._failed(graph, None, None, None)
         self._derived()
         return out
 
@@ -886,8 +951,8 @@ class LiveRuntime:
 
                     found.extend(Found(int(name), m) for name, m in self.graph.push(e, saw))
                     self.graph.take_late()
-                    if self.graph.plugin_errors:
-                        self._plugin_failed(self.graph, None, None, None)
+                    if self.graph.failures:
+                        self._failed(self.graph, None, None, None)
             self._remember({})
             for qid, events in handed.items():
                 worker = self.queries[qid].worker

@@ -12,7 +12,9 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from archive.schema import RESERVED
 from engine.options import Algorithm, PmPolicy
@@ -205,6 +207,31 @@ class QueryUpdate(QueryOptions):
     text: QueryText
 
 
+class PlanSwitch(_In):
+    """Another plan for a running pattern query (``POST /queries/{id}/plan``): give ``plan`` or ``plan_trial``,
+    exactly one of them (not null)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"minProperties": 1, "maxProperties": 1})
+
+    plan: Literal["auto", "nfa", "tree"] | SkipJsonSchema[None] = Field(
+        None,
+        description="auto (the cost model's choice), nfa, or tree (skip_till_any_match without Kleene closure or "
+        "negation); what a PLAN clause in the text would say.",
+    )
+    plan_trial: ArchiveSlice | SkipJsonSchema[None] = Field(
+        None,
+        description="Run the candidate plans over the archived events of [from, to) on Spark and switch to the one "
+        "with the least measured CPU time (the request waits for the trial).",
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PlanSwitch:
+        given = [name for name in ("plan", "plan_trial") if name in self.model_fields_set]
+        if len(given) != 1 or getattr(self, given[0]) is None:
+            raise ValueError("give plan or plan_trial, exactly one of them (not null)")
+        return self
+
+
 class RuleGraphNode(BaseModel):
     """One statement in the rule graph."""
 
@@ -306,13 +333,13 @@ class QueryPublic(BaseModel):
     stats: QueryStats | None = None
     plan_choice: dict[str, Any] | None = Field(
         None,
-        description="After plan_trial: the chosen candidate (chosen, plan_kind, order) and the slice's pass "
-        "probabilities (estimates) and rates it was compiled with.",
+        description="After plan_trial (or POST /queries/{id}/plan): the chosen candidate (chosen, plan_kind, "
+        "order) and the slice's pass probabilities (estimates) and rates it was compiled with.",
     )
     warm: dict[str, int] | None = Field(
         None,
-        description="After ?state=warm: history events fed from the archive, results they completed, and "
-        "alerts recorded for them (emit_history=true).",
+        description="After ?state=warm (or a plan switch): history events fed from the archive, results they "
+        "completed, and alerts recorded for them (emit_history=true; a plan switch records none).",
     )
     totals: dict[str, float] = Field(
         {},

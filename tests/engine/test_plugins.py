@@ -345,7 +345,7 @@ def test_a_failing_plugin_stops_its_statement_in_the_rule_graph_only(bars: list[
     falling = [e for e in bars[:100] if e.attrs["close"] < e.attrs["open"]]
     assert [m.events["a"][0].id for name, m in results if name == "good"] == [e.id for e in falling]
     assert not [r for r in results if r[0] == "bad"]
-    ((name, event, reason),) = graph.take_plugin_errors()  # reported once: the node stopped
+    ((name, event, reason),) = graph.take_failures()  # reported once: the node stopped
     assert name == "bad" and event is bars[0] and "'explode' (from lace-test-plugin 0.1.0)" in reason
     assert graph.nodes["bad"].failed == reason
 

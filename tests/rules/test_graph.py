@@ -6,6 +6,7 @@ sorted stream (issue 14 "Graph" test).
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -13,6 +14,7 @@ from engine.detector import compile_statement
 from engine.events import Event
 from engine.lql.errors import QueryError
 from engine.lql.parser import parse_script
+from engine.match import Match
 from engine.matcher import Matcher
 from engine.rules.derived import derived_event
 from engine.rules.graph import RuleGraph
@@ -174,3 +176,46 @@ def test_the_rule_index_takes_a_function_call_beside_an_attribute() -> None:
     hit, miss = Event(1, "traffic", 0, {"x": 5, "y": -3}), Event(2, "traffic", 1, {"x": 2, "y": -3})
     assert index.reached(hit) == index.scan(hit) == ["q"] and index.scan(miss) == []
     assert len(Matcher(compile_statement(text)).push(hit)) == 1  # type: ignore[arg-type]
+
+
+def test_a_node_over_its_time_budget_stops_and_the_others_go_on() -> None:
+    """Issue 13, failure 5: a Kleene closure under skip_till_any_match doubles its runs with every event; with
+    ``time_budget_s`` it stops after the event that overran (failed, with the reason), the cheap node gets every
+    event, and the failed node takes no more."""
+    graph = _graph(
+        "NAME heavy PATTERN SEQ(R a, R+ b[], R c) WHERE c.x > a.x + 1000 STRATEGY skip_till_any_match WITHIN 1 day;\n"
+        "NAME cheap PATTERN SEQ(R r) WHERE r.x > 5"
+    )
+    graph.time_budget_s = 0.05
+    graph.budget_note = " (see the budget)"
+    events = [Event(i, "R", i * S, {"x": i % 10}) for i in range(1, 301)]
+    out = graph.push_batch(events)
+    assert sum(1 for name, _ in out if name == "cheap") == sum(1 for e in events if e.attrs["x"] > 5)
+    ((name, event, reason),) = graph.take_failures()
+    assert name == "heavy" and event is not None and event.id < 300
+    assert reason.startswith("matching took more than 0.05 s of CPU time for one batch (stopped after ")
+    assert reason.endswith(" of its 300 events) (see the budget)")
+    later = graph.push_batch([Event(301, "R", 301 * S, {"x": 9})])
+    assert later and {name for name, _ in later} == {"cheap"} and graph.take_failures() == []
+
+
+def test_waiting_does_not_count_against_the_time_budget() -> None:
+    """A statement whose detector waits 10 ms per event (as one spilling its partial matches to PostgreSQL on
+    every event does, the CI failure of issue 13's first wall-clock budget) runs 4x past a 0.05 s budget on
+    the wall clock and is not stopped: the budget is CPU time."""
+    graph = _graph("NAME slow PATTERN SEQ(R r) WHERE r.x > 5")
+    graph.time_budget_s = 0.05
+    node = graph.nodes["slow"]
+    push = node.detector.push
+
+    def waiting_push(event: Event) -> list[Match]:
+        time.sleep(0.01)
+        return push(event)
+
+    node.detector.push = waiting_push  # type: ignore[method-assign]
+    events = [Event(i, "R", i * S, {"x": i % 10}) for i in range(1, 21)]
+    started = time.perf_counter()
+    out = graph.push_batch(events)
+    assert time.perf_counter() - started > 0.2
+    assert graph.take_failures() == [] and node.failed is None
+    assert len(out) == sum(1 for e in events if e.attrs["x"] > 5)

@@ -209,3 +209,66 @@ def test_query_totals_are_kept_across_pause_and_restart(fresh_db: Database, tmp_
             assert up.status_code == 200 and up.json()["totals"].get("events", 0) == 0  # a new version from zero
     finally:
         svc.stop()
+
+
+def test_one_expensive_query_cannot_stall_ingest_or_the_other_queries(fresh_db: Database, tmp_path: Path) -> None:
+    """5: one 700-event request held the ingest lock for over 120 s (a `DELETE /queries/3` waited 21.6 s).
+
+    A Kleene closure under skip_till_any_match doubles its runs with every event; the query gets at most
+    ``LACE_QUERY_MAX_MATCH_S`` of matching per request, then stops (failed, with the reason), while the ingest
+    and a cheap query on the same events go on.
+    """
+    import threading
+    import time
+
+    svc = make_service(fresh_db, tmp_path / "data", query_max_match_s=0.5)
+    svc.start()
+    try:
+        with svc.client() as c:
+            t = make_type(c)
+            heavy = c.post(
+                "/queries",
+                json={
+                    "text": f"NAME {unique('heavy')} PATTERN SEQ({t} a, {t}+ b[], {t} c) "
+                    "WHERE c.close > a.close + 100 STRATEGY skip_till_any_match WITHIN 1 day",
+                    "pm_capacity": 1_000_000,
+                },
+            )
+            cheap = c.post("/queries", json={"text": f"NAME {unique('cheap')} PATTERN SEQ({t} a) WHERE a.close > 5"})
+            other = c.post("/queries", json={"text": f"NAME {unique('other')} PATTERN SEQ({t} a)"})
+            assert heavy.status_code == cheap.status_code == other.status_code == 201, heavy.text + cheap.text
+            base = 1_700_000_000_000
+            events = [ev(t, base + i * 1000, close=float(i % 10)) for i in range(700)]
+            answer: dict[str, object] = {}
+
+            def post() -> None:
+                with svc.client() as c2:
+                    answer["r"] = c2.post("/events", json=events, timeout=600)
+
+            started = time.monotonic()
+            poster = threading.Thread(target=post)
+            poster.start()
+            time.sleep(0.3)
+            deleted = c.delete(f"/queries/{other.json()['id']}", timeout=600)  # waits for the ingest at most
+            delete_s = time.monotonic() - started
+            poster.join(600)
+            post_s = time.monotonic() - started
+            assert deleted.status_code == 204, deleted.text
+            r = answer["r"]
+            assert r.status_code == 200, r.text  # type: ignore[attr-defined]
+            body = r.json()  # type: ignore[attr-defined]
+            assert body["accepted"] == 700
+            (err,) = body["query_errors"]
+            assert err["query"] == heavy.json()["name"] and "LACE_QUERY_MAX_MATCH_S" in err["reason"], err
+            assert post_s < 30 and delete_s < 30, (post_s, delete_s)  # unbounded: minutes
+            assert "LACE_QUERY_MAX_MATCH_S" in c.get(f"/queries/{heavy.json()['id']}").json()["stats"]["failed"]
+            assert c.get(f"/queries/{cheap.json()['id']}").json()["stats"]["failed"] is None
+            # the cheap query matched every event of the request (close 6..9 of each ten), and goes on
+            assert c.get(f"/queries/{cheap.json()['id']}").json()["totals"]["matches"] == 280
+            more = c.post("/events", json=[ev(t, base + 800_000, close=9.0)])
+            assert more.status_code == 200 and more.json()["matches"] == 1 and more.json()["query_errors"] == []
+            # resume restarts the failed query (from the events after the call)
+            resumed = c.post(f"/queries/{heavy.json()['id']}/resume")
+            assert resumed.status_code == 200 and resumed.json()["stats"]["failed"] is None, resumed.text
+    finally:
+        svc.stop()

@@ -93,3 +93,64 @@ def test_a_query_registered_with_plan_trial_starts_as_the_chosen_plan_and_keeps_
         rule = f"FILTER {a} s DROP WHEN s.price < 0"
         bad = c.post("/queries", json={"text": rule, "plan_trial": {"from": 1, "to": 2}})
         assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "body.plan_trial"
+
+
+def _alert_events(c, qid: int) -> list[tuple]:
+    out, cursor = [], None
+    while True:
+        params: dict = {"query_id": qid, "limit": 500}
+        if cursor:
+            params["cursor"] = cursor
+        page = c.get("/alerts", params=params).json()
+        out += [tuple(sorted((k, tuple(v)) for k, v in a["events"].items())) for a in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return out
+
+
+def test_switching_a_running_querys_plan_loses_and_repeats_no_alert(service: Service, t0: int) -> None:
+    """Issue 16: ``POST /queries/{id}/plan`` switches a running query between the NFA and a tree plan (and to a
+    plan trial's winner) in the middle of a stream whose matches straddle the switches; its alerts equal those
+    of the same query never switched, each once, and the counters go on."""
+    import random
+
+    with service.client() as c:
+        a, b, d = make_type(c), make_type(c), make_type(c)
+        text = (
+            f"PATTERN SEQ({a} x, {b} y, {d} z) WHERE y.price > x.price AND z.price < y.price "
+            "PARTITION BY symbol WITHIN 1 s"
+        )
+        switched = c.post("/queries", json={"text": text, "name": f"switched_{a}"}).json()
+        steady = c.post("/queries", json={"text": text, "name": f"steady_{a}"}).json()
+        rnd = random.Random(5)
+        stream = [
+            ev(rnd.choice((a, b, d)), t0 + 37 * i, rnd.choice("AB"), float(rnd.randrange(10))) for i in range(600)
+        ]
+        batches = [stream[i : i + 150] for i in range(0, 600, 150)]
+        plans = [{"plan": "tree"}, {"plan": "nfa"}, {"plan_trial": {"from": t0, "to": t0 + 37 * 300}}]
+        for batch, plan in zip(batches, [*plans, None]):
+            assert c.post("/events", json=batch).json()["accepted"] == len(batch)
+            if plan is None:
+                continue
+            r = c.post(f"/queries/{switched['id']}/plan", json=plan)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["version"] == switched["version"] and body["warm"]["events"] > 0, body
+            if "plan" in plan:
+                assert body["plan_choice"]["plan_kind"] == plan["plan"]
+            else:
+                assert body["plan_choice"]["chosen"] in ("nfa/declared", "nfa/cost", "tree")
+        want, got = _alert_events(c, steady["id"]), _alert_events(c, switched["id"])
+        assert len(want) > 50 and sorted(got) == sorted(want) and len(set(got)) == len(got)
+        totals = c.get(f"/queries/{switched['id']}").json()["totals"]
+        assert totals["events"] == 600 and totals["matches"] == len(want), totals
+        # errors: neither or both fields, a tree for another strategy, a filter
+        for wrong in ({}, {"plan": None}, {"plan": "nfa", "plan_trial": {"from": 1, "to": 2}}):
+            r = c.post(f"/queries/{switched['id']}/plan", json=wrong)
+            assert r.status_code == 422 and "exactly one of them" in r.json()["detail"][0]["reason"], (wrong, r.text)
+        nm = c.post("/queries", json={"text": text + " STRATEGY skip_till_next_match", "name": f"nm_{a}"}).json()
+        tree = c.post(f"/queries/{nm['id']}/plan", json={"plan": "tree"})
+        assert tree.status_code == 422 and "skip_till_any_match" in tree.json()["detail"][0]["reason"], tree.text
+        rule = c.post("/queries", json={"text": f"FILTER {a} s DROP WHEN s.price < 0"}).json()
+        assert c.post(f"/queries/{rule['id']}/plan", json={"plan": "nfa"}).status_code == 422
+        assert c.post("/queries/999999/plan", json={"plan": "nfa"}).status_code == 404

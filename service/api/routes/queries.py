@@ -39,6 +39,7 @@ from service.schemas.resources import (
     ArchiveSlice,
     Delays,
     LiveArchivedStats,
+    PlanSwitch,
     QueryCreate,
     QueryOptions,
     QueryPublic,
@@ -545,11 +546,15 @@ def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -
     return public(row, runtime)
 
 
-@router.post("/{id:int}/resume", summary="Resume a paused query (sees the events after this call)")
+@router.post(
+    "/{id:int}/resume",
+    summary="Resume a paused query, or restart a failed one (sees the events after this call)",
+)
 def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
     with runtime.lock:
         row = _get(session, id)
-        if row.state == "active":
+        live = runtime.queries.get(row.id)
+        if row.state == "active" and (live is None or live.failed is None):
             return public(row, runtime)
         compiled = compile_row(row, runtime)
         t = runtime.activation_us()
@@ -560,6 +565,51 @@ def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) 
         session.commit()
         _start(runtime, row, compiled, t)
     return public(row, runtime)
+
+
+@router.post(
+    "/{id:int}/plan",
+    summary="Switch a pattern query to another plan (a running one loses and repeats no result)",
+)
+def switch_query_plan(
+    id: Id, body: PlanSwitch, session: SessionDep, runtime: RuntimeDep, _: AdminKey
+) -> QueryPublic:
+    """Compile the query's text as ``plan`` says (or as the winner of ``plan_trial``) and switch to it (004):
+    a running query's new plan is rebuilt from the current window's events (archive and recent buffer) and
+    takes over without losing or repeating a result; the choice is kept (``plan_choice``) for restarts and
+    for a paused query's resume. The text, version and counters stay."""
+    from engine.nfa.plan_trial import compile_chosen
+
+    text = _get(session, id).text
+    compiled = compile_text(text, runtime)
+    if not isinstance(compiled, CompiledQuery):
+        raise ApiError(422, "a plan switch applies to live pattern queries (PATTERN ...) only", "body")
+    choice: dict[str, Any] | None
+    if body.plan_trial is not None:
+        trial, chosen = run_plan_trial(body.plan_trial, runtime, compiled, "body.plan_trial")
+        choice = trial["choice"]
+    else:  # compiled as a restart will compile it from the stored choice (compile_row)
+        choice = {"chosen": f"plan {body.plan}", "plan_kind": body.plan, "order": "cost", "estimates": {}, "rates": {}}
+        try:
+            chosen = compile_chosen(compiled.ast, runtime.schemas(), choice)
+        except QueryError as e:
+            raise ApiError(422, e.reason, "body.plan") from None
+    with runtime.lock:
+        row = _get(session, id)
+        if row.text != text:
+            raise ApiError(409, "the query's text changed while its plan was chosen; try again", "id")
+        switched = None
+        if row.state == "active":
+            try:
+                switched = runtime.switch_plan(row.id, chosen)
+            except ValueError as e:
+                raise ApiError(409, str(e), "id") from None
+        row.plan_choice = choice
+        row.updated_at_us = now_us()
+        session.commit()
+    out = public(row, runtime)
+    out.warm = switched
+    return out
 
 
 def _readers_of(session: Any, row: QueryRow) -> list[QueryRow]:
