@@ -280,3 +280,29 @@ def test_match_writer_parquet_fast_columns_equal_the_general_ones(tmp_path):
     expected = [{k: v for k, v in m.to_json().items() if k != "fields"} for m in ms]
     assert got.to_pylist() == expected
     assert got.schema.field("events").type == pa.struct([(v, pa.list_(pa.int64())) for v in "abc"])
+
+
+def test_dictionary_encoded_string_columns_give_the_same_events_and_gc_is_restored() -> None:
+    """An EventTable may hold string columns dictionary-encoded (a Parquet read with ``read_dictionary``):
+    the same events, each distinct string one object; building a batch pauses the cyclic GC and restores
+    it as it was (on stays on, off stays off)."""
+    import gc
+
+    from engine.event_files import EventTable
+
+    keys = pa.array(["x7", "y", None, "x7", "y"])
+    types = pa.array(["A", "B", "A", "A", "B"])
+    ts = pa.array([1, 2, 3, 4, 5], pa.int64())
+    plain = EventTable(None, types, ts, {"key": keys}, {"key": "string"})
+    encoded = EventTable(None, types.dictionary_encode(), ts, {"key": keys.dictionary_encode()}, {"key": "string"})
+    (want,) = plain.batches()
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            gc.enable() if enabled else gc.disable()
+            (got,) = encoded.batches()
+            assert gc.isenabled() is enabled
+            assert got == want and [e.attrs for e in got] == [e.attrs for e in want]
+            assert "key" not in got[2].attrs and got[0].attrs["key"] is got[3].attrs["key"]
+    finally:
+        gc.enable() if was else gc.disable()
