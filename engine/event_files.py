@@ -367,7 +367,7 @@ class EventTable:
 
     def _batch(self, types: _Interned, columns: list[_Plain], lo: int, n: int) -> list[Event]:
         names = tuple(self.attrs)
-        ids = range(lo + 1, lo + n + 1) if self.ids is None else self.ids.slice(lo, n).to_pylist()
+        ids = range(lo + 1, lo + n + 1) if self.ids is None else self.ids.slice(lo, n).to_numpy().tolist()
         cols = [c.values(lo, n) for c in columns]
         if not cols:
             attrs: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -380,7 +380,7 @@ class EventTable:
             if part.null_count:
                 for i in np.flatnonzero(part.is_null().to_numpy(zero_copy_only=False)).tolist():
                     del attrs[i][name]
-        ts = self.ts.slice(lo, n).to_pylist()
+        ts = self.ts.slice(lo, n).to_numpy().tolist()
         if self.ts_end is None:
             return list(map(Event, ids, types.values(lo, n), ts, attrs))
         ends = self.ts_end.slice(lo, n).to_pylist()
@@ -436,13 +436,20 @@ _ATTR_ROWS = {1: _rows1, 2: _rows2, 3: _rows3, 4: _rows4, 5: _rows5, 6: _rows6}
 
 
 class _Plain:
-    """A column's Python values, a slice at a time."""
+    """A column's Python values, a slice at a time (numbers through numpy, a C loop: ``tolist()`` gives Python
+    ints and floats; an int column with a null in the slice goes through pyarrow, which keeps the ints)."""
 
     def __init__(self, values: pa.Array) -> None:
         self.array = values
+        t = values.type
+        self._floats = pa.types.is_floating(t)
+        self._numbers = self._floats or pa.types.is_integer(t)
 
     def values(self, lo: int, n: int) -> list[Any]:
-        return self.array.slice(lo, n).to_pylist()
+        part = self.array.slice(lo, n)
+        if self._numbers and (self._floats or not part.null_count):
+            return list(part.to_numpy(zero_copy_only=False).tolist())  # a float null is NaN, dropped by the caller
+        return list(part.to_pylist())
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -456,12 +463,13 @@ class _Interned(_Plain):
 
     def __init__(self, values: pa.Array) -> None:
         enc = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
-        self.words: list[Any] = [*enc.dictionary.to_pylist(), None]
-        super().__init__(enc.indices.fill_null(len(self.words) - 1) if enc.null_count else enc.indices)
+        words = np.empty(len(enc.dictionary) + 1, dtype=object)
+        words[:-1] = enc.dictionary.to_pylist()  # the last: None, for the nulls
+        self.words = words
+        super().__init__(enc.indices.fill_null(len(words) - 1) if enc.null_count else enc.indices)
 
     def values(self, lo: int, n: int) -> list[Any]:
-        words = self.words
-        return [words[i] for i in self.array.slice(lo, n).to_pylist()]
+        return list(self.words[self.array.slice(lo, n).to_numpy()].tolist())
 
 
 # ---------------------------------------------------------------- readers
