@@ -379,7 +379,7 @@ class EventTable:
 
     def _batch(self, types: _Interned, columns: list[_Plain], lo: int, n: int) -> list[Event]:
         names = tuple(self.attrs)
-        ids = range(lo + 1, lo + n + 1) if self.ids is None else self.ids.slice(lo, n).to_numpy().tolist()
+        ids = range(lo + 1, lo + n + 1) if self.ids is None else _py_values(self.ids.slice(lo, n))
         cols = [c.values(lo, n) for c in columns]
         if not cols:
             attrs: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -390,9 +390,9 @@ class EventTable:
         for name, c in zip(names, self.attrs.values()):
             part = c.slice(lo, n)
             if part.null_count:
-                for i in np.flatnonzero(part.is_null().to_numpy(zero_copy_only=False)).tolist():
+                for i in _py_values(pc.indices_nonzero(part.is_null())):
                     del attrs[i][name]
-        ts = self.ts.slice(lo, n).to_numpy().tolist()
+        ts = _py_values(self.ts.slice(lo, n))
         if self.ts_end is None:
             return list(map(Event, ids, types.values(lo, n), ts, attrs))
         ends = self.ts_end.slice(lo, n).to_pylist()
@@ -447,21 +447,41 @@ def _rows6(k: tuple[str, ...], c: list[list[Any]]) -> list[dict[str, Any]]:
 _ATTR_ROWS = {1: _rows1, 2: _rows2, 3: _rows3, 4: _rows4, 5: _rows5, 6: _rows6}
 
 
+_NUMPY_TYPES: dict[pa.DataType, np.dtype[Any]] = {
+    pa.int8(): np.dtype(np.int8), pa.int16(): np.dtype(np.int16), pa.int32(): np.dtype(np.int32),
+    pa.int64(): np.dtype(np.int64), pa.uint8(): np.dtype(np.uint8), pa.uint16(): np.dtype(np.uint16),
+    pa.uint32(): np.dtype(np.uint32), pa.uint64(): np.dtype(np.uint64), pa.float32(): np.dtype(np.float32),
+    pa.float64(): np.dtype(np.float64),
+}
+"""Arrow number types whose values buffer numpy reads as is (little-endian, as Arrow's)."""
+
+
+def _numpy_view(part: pa.Array) -> np.ndarray[Any, Any] | None:
+    """A numpy view of a number array without nulls (None for other arrays): pyarrow's ``to_numpy`` would
+    import pandas, 0.2 s of every run."""
+    dtype = _NUMPY_TYPES.get(part.type)
+    if dtype is None or part.null_count:
+        return None
+    return np.frombuffer(part.buffers()[1], dtype, len(part), part.offset * dtype.itemsize)
+
+
+def _py_values(part: pa.Array) -> list[Any]:
+    """Python values of an array: numbers without nulls through numpy's ``tolist()`` (a C loop), the rest through
+    pyarrow (which keeps ints ints where there are nulls)."""
+    view = _numpy_view(part)
+    return list(part.to_pylist() if view is None else view.tolist())
+
+
 class _Plain:
-    """A column's Python values, a slice at a time (numbers through numpy, a C loop: ``tolist()`` gives Python
-    ints and floats; an int column with a null in the slice goes through pyarrow, which keeps the ints)."""
+    """A column's Python values, a slice at a time (numbers without a null in the slice through numpy, a C loop:
+    ``tolist()`` gives Python ints and floats; the rest through pyarrow)."""
 
     def __init__(self, values: pa.Array) -> None:
         self.array = values
-        t = values.type
-        self._floats = pa.types.is_floating(t)
-        self._numbers = self._floats or pa.types.is_integer(t)
 
     def values(self, lo: int, n: int) -> list[Any]:
         part = self.array.slice(lo, n)
-        if self._numbers and (self._floats or not part.null_count):
-            return list(part.to_numpy(zero_copy_only=False).tolist())  # a float null is NaN, dropped by the caller
-        return list(part.to_pylist())
+        return _py_values(part)
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -481,7 +501,9 @@ class _Interned(_Plain):
         super().__init__(enc.indices.fill_null(len(words) - 1) if enc.null_count else enc.indices)
 
     def values(self, lo: int, n: int) -> list[Any]:
-        return list(self.words[self.array.slice(lo, n).to_numpy()].tolist())
+        part = self.array.slice(lo, n)
+        view = _numpy_view(part)
+        return list(self.words[part.to_pylist() if view is None else view].tolist())
 
 
 # ---------------------------------------------------------------- readers
