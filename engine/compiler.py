@@ -235,7 +235,8 @@ def choose_plan(
     ------
     QueryError
         ``PLAN tree`` under a strategy other than skip_till_any_match, or for a pattern a tree cannot
-        evaluate (Kleene closure, negation).
+        evaluate (a trailing negation, a negation condition on a later Kleene variable:
+        :func:`engine.nfa.tree.tree_supported`), at the PLAN clause.
     ValueError
         ``PLAN tree`` with ``push_down=False`` (a tree always pushes conjuncts down).
     """
