@@ -40,16 +40,21 @@ component c's events passing their leaf conjuncts and ``p`` the pass probabiliti
 multi-variable conjuncts, a range of m components produces
 ``R = prod r_c * prod p * W^(m-1) / (m-1)!`` results per second, of which ``R * W`` are
 alive; a join node costs ``R(right) * R(left) * W`` pair checks plus ``R(node)`` results
-built per second. Dynamic programming over the split points finds the cheapest tree for
-up to :data:`DP_LIMIT` components; beyond, a greedy pass merges the cheapest adjacent
-pair first (and the left-deep tree is kept when the greedy one is not cheaper).
+built per second. A Kleene component counts its closures: ``r_c`` times ``g_c = exp(r_c q_c W)``
+(``q_c`` the pass probability of its ``b[i-1]`` conjuncts), and its leaf costs a check of
+every stored closure per event. A middle negation multiplies the ranges covering the node that
+checks it by ``exp(-lambda W / 3)`` (``lambda`` the rate of qualifying negated events, ``W / 3``
+the mean gap between two points of a window) and adds the scans of its pairs to that node
+(:class:`TreeCostModel`, :func:`cost_model`). Dynamic programming over the split points finds
+the cheapest tree for up to :data:`DP_LIMIT` components; beyond, a greedy pass merges the
+cheapest adjacent pair first (and the left-deep tree is kept when the greedy one is not cheaper).
 """
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from math import factorial
+from math import exp, factorial
 from typing import Any
 
 from engine.events import Event
@@ -105,7 +110,8 @@ def shape_text(shape: Shape, names: list[str]) -> str:
 
 @dataclass(slots=True)
 class TreeCostModel:
-    """004's cost model for tree plans of one linear plan.
+    """004's cost model for tree plans of one linear plan (section 4, formulas (5)-(10), as in the module
+    docstring), extended to Kleene leaves and negations.
 
     Attributes
     ----------
@@ -115,23 +121,37 @@ class TreeCostModel:
         Multi-component conjuncts: (components they read, pass probability).
     window_s : float
         The window W in seconds.
+    growth : dict[int, float]
+        Per Kleene component, the mean number of closures ending at one of its events: with Poisson
+        arrivals at ``r`` per second and a per-element (``b[i-1]``) pass probability ``q``, each earlier event
+        in the window joins a closure or not, ``E[(1 + q)^N] = exp(r * q * W)`` for ``N ~ Poisson(r W)``.
+    negations : list[tuple[frozenset[int], float, float]]
+        Middle negations: (the components of the node that checks them: both neighbours and those their
+        conjuncts read, pass probability, events scanned per result checked). A pair passes when no
+        qualifying event (rate ``lambda``) falls in the gap between the neighbours, mean ``W / 3`` for two
+        points in a window: ``exp(-lambda * W / 3)`` (ZStream's NSEQ selectivity).
     """
 
     rates: list[float]
     pairs: list[tuple[frozenset[int], float]]
     window_s: float
+    growth: dict[int, float] = field(default_factory=dict)
+    negations: list[tuple[frozenset[int], float, float]] = field(default_factory=list)
     _memo: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def results(self, lo: int, hi: int) -> float:
-        """Results per second of the range ``lo..hi``."""
+        """Results per second of the range ``lo..hi`` (a Kleene component counts its closures)."""
         key = (lo, hi)
         hit = self._memo.get(key)
         if hit is not None:
             return hit
         r = 1.0
         for c in range(lo, hi + 1):
-            r *= self.rates[c]
+            r *= self.rates[c] * self.growth.get(c, 1.0)
         for comps, p in self.pairs:
+            if min(comps) >= lo and max(comps) <= hi:
+                r *= p
+        for comps, p, _ in self.negations:
             if min(comps) >= lo and max(comps) <= hi:
                 r *= p
         m = hi - lo + 1
@@ -139,14 +159,28 @@ class TreeCostModel:
         self._memo[key] = r
         return r
 
+    def leaf_cost(self, c: int) -> float:
+        """Cost per second of a leaf: its events; a Kleene leaf also checks every stored closure in the
+        window (``R * W`` of them) per event and builds ``R`` closures."""
+        if c not in self.growth:
+            return self.rates[c]
+        built = self.results(c, c)
+        return self.rates[c] * (1.0 + built * self.window_s) + built
+
     def join_cost(self, lo: int, k: int, hi: int) -> float:
-        """Cost per second of the node joining ``lo..k`` with ``k+1..hi`` (pair checks plus results built)."""
-        return self.results(k + 1, hi) * self.results(lo, k) * self.window_s + self.results(lo, hi)
+        """Cost per second of the node joining ``lo..k`` with ``k+1..hi``: pair checks, the negation scans of
+        the pairs reaching the negations placed here, and the results built."""
+        cost = self.results(k + 1, hi) * self.results(lo, k) * self.window_s + self.results(lo, hi)
+        for comps, p, scan in self.negations:
+            a, b = min(comps), max(comps)
+            if lo <= a <= k < b <= hi:
+                cost += self.results(lo, hi) / p * scan
+        return cost
 
     def cost(self, shape: Shape) -> float:
-        """Total cost per second of a tree (leaves: their events)."""
+        """Total cost per second of a tree."""
         if isinstance(shape, int):
-            return self.rates[shape]
+            return self.leaf_cost(shape)
         lo, k = shape_range(shape[0])
         _, hi = shape_range(shape[1])
         return self.cost(shape[0]) + self.cost(shape[1]) + self.join_cost(lo, k, hi)
@@ -159,7 +193,7 @@ class TreeCostModel:
         return self._greedy(n)
 
     def _dp(self, n: int) -> Shape:
-        best: dict[tuple[int, int], tuple[float, Shape]] = {(i, i): (self.rates[i], i) for i in range(n)}
+        best: dict[tuple[int, int], tuple[float, Shape]] = {(i, i): (self.leaf_cost(i), i) for i in range(n)}
         for length in range(2, n + 1):
             for lo in range(0, n - length + 1):
                 hi = lo + length - 1
@@ -491,14 +525,44 @@ def tree_supported(plan: NFAPlan) -> str | None:
     return None
 
 
-def choose_shape(
+def cost_model(
     plan: NFAPlan,
-    conds: list[tuple[frozenset[int], float]],
+    conds: list[tuple[frozenset[int], Conjunct, float]],
     rates: Mapping[str, float],
     window_s: float,
-    local: list[float],
-) -> Shape:
-    """The cheapest tree of ``plan`` under :class:`TreeCostModel` (rates per type per key, ``local`` the leaf
-    conjuncts' pass probability per component)."""
+    negations: list[tuple[float, float]],
+) -> TreeCostModel:
+    """The :class:`TreeCostModel` of ``plan``.
+
+    Parameters
+    ----------
+    conds : list of (components, Conjunct, prior pass probability)
+        The positive conjuncts (:meth:`engine.nfa.compiler.PlanCompiler.tree_conjuncts`).
+    rates : mapping
+        Events per second per key of each type (1.0 when absent).
+    window_s : float
+        The window in seconds.
+    negations : list of (local, cross) pass probabilities
+        Per middle negation (:meth:`engine.nfa.compiler.PlanCompiler.negation_estimates`): of its conjuncts
+        on the negated event alone, and of the others.
+    """
+    local = [1.0] * len(plan.slots)
+    take = [1.0] * len(plan.slots)
+    for comps, c, p in conds:
+        if len(comps) == 1:
+            s = next(iter(comps))
+            if c.uses_prev:
+                take[s] *= p  # b[i-1]: a pass probability per further element, not per event
+            elif not c.closing:
+                local[s] *= p
     r = [sum(rates.get(t, 1.0) for t in s.types) * local[s.index] for s in plan.slots]
-    return TreeCostModel(r, [(c, p) for c, p in conds if len(c) > 1], window_s).best()
+    growth = {s.index: exp(min(r[s.index] * take[s.index] * window_s, 50.0)) for s in plan.slots if s.kleene}
+    negs = []
+    for spec, (p_local, p_cross) in zip(plan.negations, negations):
+        raw = sum(rates.get(t, 1.0) for t in spec.types)
+        gap = window_s / 3
+        span = spec.reads | {spec.after, spec.after + 1}
+        scan = 1.0 if spec.local_fns is not None else raw * gap
+        negs.append((frozenset(span), exp(-raw * p_local * p_cross * gap), scan))
+    pairs = [(comps, p) for comps, _, p in conds if len(comps) > 1]
+    return TreeCostModel(r, pairs, window_s, growth, negs)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -13,7 +14,8 @@ from engine.lql import ast as A
 from engine.lql.errors import QueryError
 from engine.lql.parser import parse
 from engine.matcher import Matcher
-from engine.nfa.tree import TreeCostModel, all_shapes, left_deep, shape_range
+from engine.nfa.compiler import PlanCompiler
+from engine.nfa.tree import TreeCostModel, all_shapes, cost_model, left_deep, shape_range
 from tests.engine.oracle import enumerate_matches
 from tests.engine.patterns import (
     NEG_VARS,
@@ -208,3 +210,24 @@ def test_kleene_leaf_and_nseq_by_hand() -> None:
     for shape in all_shapes(0, 2):
         trees = [((0, 1), t[1]) if len(p.slots) == 2 else (shape, t[1]) for p, t in zip(q.plans, q.trees)]
         assert {m.key() for m in run(dataclasses.replace(q, trees=trees), events)} == expected
+
+
+def test_cost_model_counts_kleene_closures_and_negation_pass_probability() -> None:
+    text = "PATTERN SEQ(A a, !B n, C+ c[], D d) WHERE c[i].x > c[i-1].x AND d.x = a.x WITHIN 2 s"
+    q = compile_query(text + " PLAN tree", estimates={"c[i].x > c[i-1].x": 0.5, "d.x = a.x": 0.25})
+    compiler = PlanCompiler(parse(text), tuple(c for c in A.components(parse(text).pattern)), 0, False)
+    conj = [(comps, c, 0.5 if len(comps) == 1 else 0.25) for comps, c in q.trees[0][1]]
+    rates = {"A": 1.0, "B": 3.0, "C": 2.0, "D": 0.5}
+    model = cost_model(q.plans[0], conj, rates, 2.0, compiler.negation_estimates())
+    # closures ending at one C event: exp(r * q * W) with r = 2/s, q = 1/2, W = 2 s
+    assert model.results(1, 1) == pytest.approx(2.0 * math.exp(2.0))
+    # no B (3/s, no conjunct) in the mean gap W/3 between a and c: exp(-3 * 2/3)
+    (span, p, scan), = model.negations
+    assert span == {0, 1} and p == pytest.approx(math.exp(-2.0)) and scan == 1.0
+    assert model.results(0, 1) == pytest.approx(1.0 * model.results(1, 1) * p * 2.0)
+    assert model.cost(model.best()) == pytest.approx(min(model.cost(s) for s in all_shapes(0, 2)))
+    # a negation conjunct that reads a later variable: checked where d joins, scanning the B events in the gap
+    q2 = compile_query("PATTERN SEQ(A a, !B n, C c, D d) WHERE n.x = d.x PLAN tree WITHIN 2 s")
+    model2 = cost_model(q2.plans[0], [], rates, 2.0, [(1.0, 0.1)])
+    (span, p, scan), = model2.negations
+    assert span == {0, 1, 2} and p == pytest.approx(math.exp(-3 * 0.1 * 2 / 3)) and scan == pytest.approx(2.0)
