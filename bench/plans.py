@@ -177,6 +177,7 @@ def bench_a(n: int, per_window: float, repeat: int) -> dict[str, Any]:
         "events": len(events),
         "per_window": per_window,
         "auto_plan": chosen,
+        "model_tree": "; ".join(shape_text(t[0], v) for t, v in zip(forced.trees, names)),
         "variants": res,
         "best_forced": best,
         "worst_forced": worst,

@@ -380,7 +380,7 @@ class TreeStorage:
                 state.bufs[i] = keep
                 state.keys[i] = [r[0] for r in keep]
         for i, seqs in enumerate(state.seqs):
-            if seqs and seqs[0][1] < lower_ts:
+            if seqs and any(r[1] < lower_ts for r in seqs):
                 keep = [r for r in seqs if r[1] >= lower_ts]
                 removed += len(seqs) - len(keep)
                 state.seqs[i] = keep
