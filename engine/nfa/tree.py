@@ -70,6 +70,8 @@ Shape = Any
 """A tree shape: a component index (leaf) or a pair ``(left shape, right shape)`` over adjacent ranges."""
 Sink = Callable[[PlanState, tuple[Any, ...]], None]
 _FAR_PAST = -(1 << 62)
+_CUT = 64
+"""Stored left results that left the window are cut from their list once there are more than this many."""
 
 
 def left_deep(n: int) -> Shape:
@@ -427,15 +429,20 @@ class TreeStorage:
         if all(c.holds_all(env) for c in leaf.conds):
             new.append((key, e.ts, env))
         take = leaf.take
-        for _, first, old in state.seqs[leaf.index]:
+        alive = []  # the stored closures still in the window: the others can never be extended again
+        for r in state.seqs[leaf.index]:
+            first, old = r[1], r[2]
             if first < lb:
                 continue
+            alive.append(r)
             env = old[:s] + (old[s] + (e,),) + old[s + 1 :]
             if all(c.holds_last(env) for c in take):
                 new.append((key, first, env))
+        self.counters.live -= len(state.seqs[leaf.index]) - len(alive)
+        state.seqs[leaf.index] = alive
         if not new:
             return new
-        state.seqs[leaf.index].extend(new)
+        alive.extend(new)
         self.counters.created += len(new)
         self._count_live(len(new))
         if leaf.closing:
@@ -470,11 +477,18 @@ class TreeStorage:
             split_kleene = self.kleene[split]
             conds = parent.conds
             negs = parent.negs
+            # left results whose last event left the window cannot join again: cut them (amortized)
+            start = bisect_left(keys, (lb, _FAR_PAST))
+            if start > _CUT:
+                del buf[:start]
+                del keys[:start]
+                counters.live -= start
+                start = 0
             joined = []
             for rkey, _rfirst, renv in results:
                 first = renv[split][0] if split_kleene else renv[split]
                 end = bisect_left(keys, (first.ts, first.id))  # left results whose last event precedes it
-                for i in range(end):
+                for i in range(start, end):
                     lkey, lfirst, lenv = buf[i]
                     if lfirst < lb:
                         continue
