@@ -7,11 +7,12 @@ sequence ``SP``; Mei and Madden, ZStream, SIGMOD 2009). The left-deep tree is th
 linear NFA; a bushy or right-deep tree joins rare components first. Trailing negations
 (they wait for the window to close) stay with the NFA (:func:`tree_supported`).
 
-Evaluation is incremental over events in (ts, id) order. A partial result of a node is a
+Evaluation is incremental over events in the matcher's order, (ts_end, id) (ts for point events;
+docs/semantics.md section 8 for intervals). A partial result of a node is a
 binding of its range; it is created when its last event arrives. When an event arrives at
 a leaf it travels up while it is a right child: at each parent it is joined with the
-stored results of the left sibling (``left.last < right.first`` in (ts, id) order, the
-window ``last.ts - first.ts <= W``, and the parent's conjuncts), and the new results go
+stored results of the left sibling (``left.last < right.first`` in that order, the
+window ``last.ts_end - first.ts <= W``, and the parent's conjuncts), and the new results go
 on up. Results of a node that is a left child are stored there (in the order of their
 last event), to be joined later: a left child's results are the only state. A right
 child's results never need storing: a later left result contains a later event and
@@ -292,7 +293,7 @@ def build_tree(
 
 
 Result = tuple[tuple[int, int], int, tuple[Any, ...]]
-"""A partial result: ((ts, id) of its last event, ts of its first event, binding of all n slots)."""
+"""A partial result: ((ts_end, id) of its last event, ts of its first event, binding of all n slots)."""
 
 
 class TreeState(PlanState):
@@ -398,12 +399,12 @@ class TreeStorage:
             state.seqs[i] = []
 
     def process(self, state: TreeState, e: Event, out: list[Match]) -> None:
-        """Feed ``e`` to every leaf of its type and carry the new results up (events in (ts, id) order),
+        """Feed ``e`` to every leaf of its type and carry the new results up (events in (ts_end, id) order),
         then record it for the negations of its type."""
         leaves = self.leaves_of_type.get(e.type)
         if leaves:
-            lb = e.ts - self.window_us if self.window_us is not None else _FAR_PAST
-            key = (e.ts, e.id)
+            lb = e.ts_end - self.window_us if self.window_us is not None else _FAR_PAST
+            key = (e.ts_end, e.id)
             for leaf in leaves:
                 if leaf.kleene:
                     results = self._closures(state, leaf, e, lb)
@@ -423,7 +424,7 @@ class TreeStorage:
         extended by ``e`` (SASE+ *take* under skip_till_any_match: every increasing subsequence), those passing
         ``conds``; all of them are stored for extension, those passing ``closing`` are returned."""
         s = leaf.lo
-        key = (e.ts, e.id)
+        key = (e.ts_end, e.id)
         new: list[Result] = []
         env = self.empty[:s] + ((e,),) + self.empty[s + 1 :]
         if all(c.holds_all(env) for c in leaf.conds):
@@ -487,7 +488,7 @@ class TreeStorage:
             joined = []
             for rkey, _rfirst, renv in results:
                 first = renv[split][0] if split_kleene else renv[split]
-                end = bisect_left(keys, (first.ts, first.id))  # left results whose last event precedes it
+                end = bisect_left(keys, (first.ts_end, first.id))  # left results whose last event precedes it
                 for i in range(start, end):
                     lkey, lfirst, lenv = buf[i]
                     if lfirst < lb:

@@ -40,6 +40,7 @@ from tests.engine.patterns import (
     stream,
     to_lql,
 )
+from tests.engine.test_property_intervals import interval_cases
 
 HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
@@ -258,3 +259,13 @@ def test_long_stream_cuts_stale_results_and_matches_the_nfa() -> None:
         got += [x.key() for x in m.flush()]
         assert sorted(map(sorted, got)) == sorted(map(sorted, expected))
         assert m.stats()["live_partial_matches"] == 0
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=HEALTH)
+@given(case=interval_cases())
+def test_every_tree_shape_orders_interval_events_as_the_matcher(case: Case) -> None:
+    """Interval events (issue 15): a tree orders by (ts_end, id) and bounds ``last.ts_end - first.ts``."""
+    assume(case.query.strategy == "skip_till_any_match")
+    q = tree_query(case.text)
+    assume(q is not None)
+    every_shape_gives(q, case, enumerate_matches(case.query, case.events))
