@@ -1,9 +1,13 @@
 """Plan benchmarks after 004 (section 5.1, figures 4(b) and 5): push-down, conjunct order, a rare-last query.
 
-    python -m bench.plans                       # (b), (c), (d) at their default sizes
+    python -m bench.plans                       # (a), (b), (c), (d), (t) at their default sizes
+    python -m bench.plans --only a              # only (a)
     python -m bench.plans --only b --n-b 2000   # one experiment, smaller
     python -m bench.plans --only d --day 2013-10-08
 
+(a) ``SEQ(A a, !B b, C* c[], D d)`` with equalities on uniform attributes, 10^4 events per type: every tree
+    shape forced, ``PLAN auto`` given the rates, and the linear NFA. Target: auto within 5% of the best
+    forced shape (004 found 21.7% between the best and the worst).
 (b) ``SEQ(A a, B b, C c, D d)`` with 004's six predicates WE1..WE6 (pass probabilities 1/4, 1/8,
     1/2, 0.8, 1/4, 1/16 over AB, AB, AB, BC, CD, BD): push-down on (each predicate at the earliest
     NFA edge) against off (all on the complete match). Target >= 7.6x.
@@ -126,6 +130,60 @@ def model_vs_measured(text: str, events: list[Event], estimates: dict[str, float
             }
         )
     return rows
+
+
+# ---------------------------------------------------------------- (a) negation, Kleene closure, tree shapes
+
+QUERY_A = (
+    "PATTERN SEQ(A a, !B b, C* c[], D d) WHERE d.p1 = a.p1 AND b.p3 = a.p3 AND c[i].p2 = a.p2 AND d.p6 = 0 "
+    "WITHIN 1 s"
+)
+ESTIMATES_A = {"d.p1 = a.p1": 0.25, "b.p3 = a.p3": 0.5, "c[i].p2 = a.p2": 0.125, "d.p6 = 0": 1 / 16}
+"""The conjuncts' pass probabilities over the uniform attributes (:data:`DOMAINS`)."""
+
+
+def bench_a(n: int, per_window: float, repeat: int) -> dict[str, Any]:
+    """``QUERY_A`` over ``n`` events per type, ``per_window`` of one type per 1 s window: the linear NFA (chain
+    storage), ``PLAN auto`` given the rates and :data:`ESTIMATES_A`, and every tree shape forced. The negation
+    is not a leaf (it is checked at the node joining ``a`` with the component after it, ZStream's NSEQ), so the
+    shapes are those over the positive components of each linear plan: ``(a d)`` for the plan without ``c``,
+    ``((a c) d)`` and ``(a (c d))`` for the one with ``C+ c[]``."""
+    import dataclasses
+
+    from engine.nfa.tree import all_shapes, shape_text
+
+    events = uniform_events("ABCD", n, per_window, 1_000_000, seed=3)
+    rates = {t: per_window for t in "ABCD"}  # events per second (per key: one key)
+    auto = compile_query(QUERY_A, estimates=ESTIMATES_A, rates=rates)
+    forced = compile_query(QUERY_A + " PLAN tree", estimates=ESTIMATES_A, rates=rates)
+    names = [[s.var for s in p.slots] for p in forced.plans]
+    variants: dict[str, Callable[[], Matcher]] = {
+        "nfa": lambda: Matcher(compile_query(QUERY_A + " PLAN nfa", estimates=ESTIMATES_A)),
+        "auto": lambda: Matcher(auto),
+    }
+    for combo in itertools.product(*(list(all_shapes(0, len(p.slots) - 1)) for p in forced.plans)):
+        q = dataclasses.replace(forced, trees=[(shape, t[1]) for shape, t in zip(combo, forced.trees)])
+        name = "tree " + "; ".join(shape_text(shape, v) for shape, v in zip(combo, names))
+        variants[name] = lambda q=q: Matcher(q)
+    res = side_by_side(variants, events, repeat)
+    trees = {k: v["s"] for k, v in res.items() if k.startswith("tree ")}
+    best, worst = min(trees, key=lambda k: trees[k]), max(trees, key=lambda k: trees[k])
+    chosen = (
+        "; ".join(shape_text(t[0], v) for t, v in zip(auto.trees, names)) if auto.plan_kind == "tree" else "nfa"
+    )
+    return {
+        "experiment": "a",
+        "query": QUERY_A,
+        "events": len(events),
+        "per_window": per_window,
+        "auto_plan": chosen,
+        "model_tree": "; ".join(shape_text(t[0], v) for t, v in zip(forced.trees, names)),
+        "variants": res,
+        "best_forced": best,
+        "worst_forced": worst,
+        "worst_over_best": round(trees[worst] / trees[best], 3),
+        "auto_over_best": round(res["auto"]["s"] / trees[best], 3),
+    }
 
 
 # --------------------------------------------------------------------------- (b) push-down
@@ -304,7 +362,9 @@ def bench_t(n: int, repeat: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--only", default="b,c,d,t", help="comma-separated experiments among b, c, d, t")
+    ap.add_argument("--only", default="a,b,c,d,t", help="comma-separated experiments among a, b, c, d, t")
+    ap.add_argument("--n-a", type=int, default=10_000, help="(a) events per type")
+    ap.add_argument("--per-window-a", type=float, default=4.0, help="(a) events of one type per window")
     ap.add_argument("--n-t", type=int, default=200_000, help="(t) events")
     ap.add_argument("--n-b", type=int, default=3000, help="(b) events per type")
     ap.add_argument("--per-window-b", type=float, default=12.0, help="(b) events of one type per window")
@@ -318,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     out = []
     for exp in args.only.split(","):
         load = os.getloadavg()
-        if exp == "b":
+        if exp == "a":
+            r = bench_a(args.n_a, args.per_window_a, args.repeat)
+        elif exp == "b":
             r = bench_b(args.n_b, args.per_window_b, args.repeat)
         elif exp == "c":
             r = bench_c(args.n_c, args.per_window_c, args.repeat)

@@ -24,7 +24,7 @@ from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.nfa.compiler import NFAPlan, PlanCompiler
 from engine.nfa.plans import expand
-from engine.nfa.tree import TreeCostModel, choose_shape, left_deep, tree_supported
+from engine.nfa.tree import cost_model, left_deep, tree_supported
 
 
 @dataclass(slots=True)
@@ -235,7 +235,8 @@ def choose_plan(
     ------
     QueryError
         ``PLAN tree`` under a strategy other than skip_till_any_match, or for a pattern a tree cannot
-        evaluate (Kleene closure, negation).
+        evaluate (a trailing negation, a negation condition on a later Kleene variable:
+        :func:`engine.nfa.tree.tree_supported`), at the PLAN clause.
     ValueError
         ``PLAN tree`` with ``push_down=False`` (a tree always pushes conjuncts down).
     """
@@ -262,17 +263,10 @@ def choose_plan(
     gain = False
     for p, c in zip(plans, compilers):
         conj = c.tree_conjuncts()
-        local = [1.0] * len(p.slots)
-        for comps, _, meta in conj:
-            if len(comps) == 1:
-                local[next(iter(comps))] *= meta.estimate
-        weighted = [(comps, meta.estimate) for comps, _, meta in conj]
-        shape = choose_shape(p, weighted, rates or {}, window_s, local)
-        model = TreeCostModel(
-            [sum((rates or {}).get(t, 1.0) for t in s.types) * local[s.index] for s in p.slots],
-            [(cs, pr) for cs, pr in weighted if len(cs) > 1],
-            window_s,
+        model = cost_model(
+            p, [(comps, cj, meta.estimate) for comps, cj, meta in conj], rates or {}, window_s, c.negation_estimates()
         )
+        shape = model.best()
         if model.cost(shape) < TREE_GAIN * model.cost(left_deep(len(p.slots))):
             gain = True
         trees.append((shape, [(comps, conjunct) for comps, conjunct, _ in conj]))

@@ -90,6 +90,9 @@ class Conjunct:
     uses_prev: bool = False
     needs: tuple[tuple[int, int], ...] = ()
     """(slot, k) for every ``b[k]``: the conjunct is false when ``b`` has fewer than k elements."""
+    closing: bool = False
+    """Set by :meth:`PlanCompiler.tree_conjuncts` for a conjunct of one Kleene variable that reads ``b[last]``
+    or ``b[k]``: it holds only for the complete closure, so a tree's Kleene leaf extends sequences failing it."""
 
     def holds_all(self, env: Any, x: Event | None = None) -> bool:
         """True when the conjunct holds for every position of its ``i`` variable (or once)."""
@@ -135,6 +138,11 @@ class NegSpec:
     local_fns: list[Fn] | None
     k: int = -1
     """Index in the plan's middle negations (-1 for trailing ones)."""
+    reads: frozenset[int] = frozenset()
+    """Positive slots its conjuncts read."""
+    reads_open_kleene: bool = False
+    """Whether a conjunct reads a Kleene slot after the negation other than through ``[1]``: the NFA checks
+    the negation when that slot holds its first element only, so a tree (which sees it complete) refuses it."""
 
     def qualifies_local(self, x: Event) -> bool:
         """Whether ``x`` violates the negation by itself (only for ``local_fns`` negations)."""
@@ -357,12 +365,36 @@ class PlanCompiler:
 
     def tree_conjuncts(self) -> list[tuple[frozenset[int], Conjunct, ConjunctMeta]]:
         """Every positive conjunct in general form with the slots it reads (all slots for a constant one),
-        for tree plans (:mod:`engine.nfa.tree`; only plans without negation use them)."""
+        for tree plans (:mod:`engine.nfa.tree`); conjuncts of a negated variable are the plan's
+        :class:`NegSpec` instead. A conjunct of one Kleene variable that reads ``b[last]`` or ``b[k]`` is
+        marked ``closing``."""
         out = []
         every = frozenset(range(len(self.positives)))
         for expr in self._conjuncts():
+            if any(r.var in self.neg_after for r in variable_refs(expr)):
+                continue
             slots = frozenset(self.pos_slot[r.var] for r in variable_refs(expr) if r.var in self.pos_slot)
-            out.append((slots or every, self._general_conjunct(expr), self.meta(expr)))
+            conjunct = self._general_conjunct(expr)
+            conjunct.closing = len(slots) == 1 and self._point(expr)[0] == "close"
+            out.append((slots or every, conjunct, self.meta(expr)))
+        return out
+
+    def negation_estimates(self) -> list[tuple[float, float]]:
+        """Per middle negation (in plan order): the prior pass probability of its conjuncts that read only
+        the negated variable, and of the others (products of :meth:`meta` estimates), for the tree cost model."""
+        out = []
+        for comp in self.plan:
+            if comp.kind != "neg" or self.neg_after[comp.var] == len(self.positives) - 1:
+                continue
+            local = cross = 1.0
+            for expr in self._conjuncts():
+                refs = {r.var for r in variable_refs(expr)}
+                if comp.var in refs:
+                    if refs == {comp.var}:
+                        local *= self.meta(expr).estimate
+                    else:
+                        cross *= self.meta(expr).estimate
+            out.append((local, cross))
         return out
 
     def _equivalence(self, eq: Equivalence) -> list[Expr]:
@@ -571,7 +603,17 @@ class PlanCompiler:
         if all(r.var == comp.var for e in conjuncts for r in variable_refs(e)):
             resolve_x = lambda ref: pick_attr(1, ref.attr)  # noqa: E731 - x passed as the event argument
             local_fns = [compile_bool(e, resolve_x) for e in conjuncts]
-        return NegSpec(after, frozenset(comp.types), comp.var, trailing, check_slot, conds, edge_fns, local_fns)
+        refs = [r for e in conjuncts for r in variable_refs(e) if r.var in self.pos_slot]
+        open_kleene = any(
+            self.pos_slot[r.var] > after
+            and self.positives[self.pos_slot[r.var]].is_kleene
+            and not (isinstance(r, AttrRef) and r.index is not None and r.index.kind == "first")
+            for r in refs
+        )
+        return NegSpec(
+            after, frozenset(comp.types), comp.var, trailing, check_slot, conds, edge_fns, local_fns,
+            reads=frozenset(self.pos_slot[r.var] for r in refs), reads_open_kleene=open_kleene,
+        )
 
 
 def _add(slot: Slot, group: str, item: Any, meta: ConjunctMeta) -> None:

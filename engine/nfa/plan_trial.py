@@ -8,8 +8,8 @@ model (formulas (5)-(10), :mod:`engine.nfa.explain`) *estimates* each plan's cos
 - ``nfa/cost``: the linear NFA, conjuncts ordered by ascending ``cost / (1 - p)`` with the pass
   probabilities ``p`` measured over the slice (004 Strategy 1; :func:`measured_estimates`);
 - ``tree``: the tree plan the cost model picks with the slice's rates (ZStream-style, rare
-  components first), when the strategy is skip_till_any_match and the pattern has no Kleene
-  closure or negation (:func:`engine.compiler.choose_plan`).
+  components first), when the strategy is skip_till_any_match and the pattern has no trailing
+  negation (:func:`engine.nfa.tree.tree_supported`, :func:`engine.compiler.choose_plan`).
 
 A query's explicit ``PLAN nfa`` or ``PLAN tree`` limits the candidates to that kind. Each candidate
 runs over the slice (events in (ts, id) order, then ``flush``) at least once and until it has used
@@ -112,7 +112,7 @@ def trial_plans(
             compiled = compile_query(
                 dataclasses.replace(query, plan=kind), schemas, estimates=estimates, order=order, rates=rates
             )
-        except QueryError:  # a tree this pattern cannot take (Kleene closure, negation): not a candidate
+        except QueryError:  # a tree this pattern cannot take (trailing negation ...): not a candidate
             if kind == "tree" and wanted == "auto":
                 continue
             raise

@@ -215,7 +215,7 @@ class PlanSwitch(_In):
 
     plan: Literal["auto", "nfa", "tree"] | SkipJsonSchema[None] = Field(
         None,
-        description="auto (the cost model's choice), nfa, or tree (skip_till_any_match without Kleene closure or "
+        description="auto (the cost model's choice), nfa, or tree (skip_till_any_match without a trailing "
         "negation); what a PLAN clause in the text would say.",
     )
     plan_trial: ArchiveSlice | SkipJsonSchema[None] = Field(

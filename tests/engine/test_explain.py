@@ -7,6 +7,7 @@ import pytest
 
 from engine.compiler import compile_query
 from engine.events import Event
+from engine.matcher import Matcher
 from engine.nfa.explain import explain
 
 QUERY = (
@@ -106,3 +107,15 @@ def test_a_tree_plan_is_named_and_still_measured() -> None:
     assert result["plan_kind"] == "tree" and result["plans"][0]["tree"] in ("(a (b c))", "((a b) c)")
     nodes = result["plans"][0]["nodes"]
     assert nodes[-1]["measured"]["output"] == result["measured_matches"] > 0
+
+
+def test_a_tree_plan_with_kleene_closure_and_negation_is_named_and_measured() -> None:
+    text = "PATTERN SEQ(A a, !B n, C* c[], A d) WHERE d.x < a.x AND c[i].y < 0.3 AND n.x > a.x PLAN tree WITHIN 8 ms"
+    q = compile_query(text, rates={"A": 1.0, "B": 1.0, "C": 1.0})
+    events = small_stream(3000)
+    result = explain(q, events=events)
+    assert result["plan_kind"] == "tree"
+    assert result["plans"][0]["tree"] == "(a d)" and result["plans"][1]["tree"] in ("(a (c d))", "((a c) d)")
+    m = Matcher(q)  # measured on the NFA; the tree finds the same matches
+    assert m.storage == "tree"
+    assert len([x for e in events for x in m.push(e)] + m.flush()) == result["measured_matches"] > 0

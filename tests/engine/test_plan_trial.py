@@ -47,9 +47,12 @@ def test_an_explicit_plan_and_a_kleene_pattern_limit_the_candidates() -> None:
         "nfa/declared",
         "nfa/cost",
     ]
+    trailing = "PATTERN SEQ(A a, C c, !B n) WHERE c.x > a.x PARTITION BY key WITHIN 20 ms"
+    trial = trial_plans(parse(trailing), events, max_runs=1)
+    assert [c["name"] for c in trial["candidates"]] == ["nfa/declared", "nfa/cost"]  # a tree cannot take !B n
     kleene = "PATTERN SEQ(A a, B+ b[], C c) WHERE c.x > a.x PARTITION BY key WITHIN 20 ms"
     trial = trial_plans(parse(kleene), events, max_runs=1)
-    assert [c["name"] for c in trial["candidates"]] == ["nfa/declared", "nfa/cost"]  # a tree cannot take B+
+    assert [c["name"] for c in trial["candidates"]] == ["nfa/declared", "nfa/cost", "tree"]
     next_match = "PATTERN SEQ(A a, B b) PARTITION BY key STRATEGY skip_till_next_match WITHIN 20 ms"
     assert "tree" not in [c["name"] for c in trial_plans(parse(next_match), events, max_runs=1)["candidates"]]
 
