@@ -56,6 +56,9 @@ def test_schemathesis_all_checks_find_nothing(fuzz_service: Service, tmp_path: P
             "--workers", "1",
             "--seed", "1",
             "--max-failures", "50",
+            # plan_trial, USING ARCHIVE and state=warm run Spark jobs inside the request, and the first one waits
+            # for the service's local JVM to start: 10 s (the default) timed out once in a full CI run
+            "--request-timeout", "120",
         ],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
