@@ -99,15 +99,17 @@ class PlanState:
         return True
 
     def general_negation_ok(self, spec: NegSpec, env: tuple[Any, ...]) -> bool:
-        """A middle negation holds for the complete-enough binding ``env`` (buffer scan)."""
+        """A middle negation holds for the complete-enough binding ``env``: no buffered event of it strictly
+        between the last event of slot ``spec.after`` and the first of the next violates it (buffer scan;
+        ZStream's NSEQ test for tree plans). The buffer of a local-only negation holds only events that
+        violate it by themselves: a tree plan records those there, the NFA none (it checks them on the
+        edge, with ``neg_last``)."""
         plan = self.plan
-        k = spec.k
         lo = env[spec.after][-1] if plan.slots[spec.after].kleene else env[spec.after]
         hi = env[spec.after + 1][0] if plan.slots[spec.after + 1].kleene else env[spec.after + 1]
-        if spec.local_fns is not None:
-            return True  # checked on the edge
-        for x in self._between(k, lo, hi):
-            if spec.violated_by(env, x):
+        local = spec.local_fns is not None
+        for x in self._between(spec.k, lo, hi):
+            if local or spec.violated_by(env, x):
                 return False
         return True
 

@@ -52,7 +52,7 @@ cheapest adjacent pair first (and the left-deep tree is kept when the greedy one
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from math import exp, factorial
@@ -314,10 +314,6 @@ class TreeState(PlanState):
         return sum(len(b) for b in self.bufs) + sum(len(s) for s in self.seqs)
 
 
-def _order(e: Event) -> tuple[int, int]:
-    return (e.ts_end, e.id)
-
-
 class TreeStorage:
     """Evaluates one linear plan with a tree (see the module docstring).
 
@@ -496,29 +492,13 @@ class TreeStorage:
                     env = lenv[:split] + renv[split:]
                     if conds and not all(c.holds_all(env) for c in conds):
                         continue
-                    if negs and not all(self._negation_holds(state, spec, env) for spec in negs):
+                    if negs and not all(state.general_negation_ok(spec, env) for spec in negs):
                         continue
                     joined.append((rkey, lfirst, env))
             if not joined:
                 return
             results = joined
             node = parent
-
-    def _negation_holds(self, state: TreeState, spec: NegSpec, env: tuple[Any, ...]) -> bool:
-        """ZStream's NSEQ test: no recorded event of ``spec`` strictly between the last event of slot
-        ``spec.after`` and the first of the next slot, in (ts_end, id) order, satisfies its conjuncts."""
-        lo = env[spec.after][-1] if self.kleene[spec.after] else env[spec.after]
-        hi = env[spec.after + 1][0] if self.kleene[spec.after + 1] else env[spec.after + 1]
-        buf = state.neg_buf[spec.k]
-        hi_key = _order(hi)
-        local = spec.local_fns is not None
-        for i in range(bisect_right(buf, _order(lo), key=_order), len(buf)):
-            x = buf[i]
-            if _order(x) >= hi_key:
-                return True
-            if local or spec.violated_by(env, x):
-                return False
-        return True
 
     def _emit(self, state: TreeState, env: tuple[Any, ...], out: list[Match]) -> None:
         if not self.direct:
