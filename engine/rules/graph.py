@@ -641,8 +641,9 @@ class RuleGraph:
     def _release(self, node: Node, wm: int, out: list[tuple[str, Match]]) -> None:
         inbox = node.inbox
         push = node.detector.push
-        cpu0 = time.thread_time()
-        deadline = None if self.time_budget_s is None else time.perf_counter() + self.time_budget_s
+        budget = self.time_budget_s
+        cpu0 = time.thread_time() if budget is not None else 0.0
+        deadline = None if budget is None else time.perf_counter() + budget
         done = 0
         while inbox and inbox[0][0] <= wm:
             event = heapq.heappop(inbox)[3]
