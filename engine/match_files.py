@@ -6,8 +6,10 @@ A JSONL line is ``Match.to_json()`` as compact JSON (DESIGN.md section 12)::
 
 The engine's matches keep their binding (slot layout + environment); for those the line
 is filled into a template made once per layout (variable names JSON-encoded when the
-template is built, never evaluated), so writing a match costs one string formatting.
-Other matches go through ``orjson``; both give the same bytes.
+template is built, never evaluated). Consecutive matches of one all-single layout are
+gathered as flat values (slot ids, start, end) and formatted 1,024 lines by one string
+formatting of the template repeated: no string object per line. Other matches go through
+``orjson``; all give the same bytes.
 
 A Parquet file has the columns ``query`` (string), ``start``, ``end`` (int64, microseconds
 UTC), ``events`` (struct: variable -> list<int64> of event ids) and, when the query has a
@@ -81,56 +83,66 @@ def _line_fn(layout: Any) -> _LineFn | None:
     return general
 
 
-# fill(template, env, start, end) for all-single layouts of 1..8 slots in variable order
-_FILL: dict[int, Callable[[str, Any, int, int], str]] = {
-    1: lambda t, v, s, e: t % (v[0].id, s, e),
-    2: lambda t, v, s, e: t % (v[0].id, v[1].id, s, e),
-    3: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, s, e),
-    4: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, s, e),
-    5: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, s, e),
-    6: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, v[5].id, s, e),
-    7: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, v[5].id, v[6].id, s, e),
-    8: lambda t, v, s, e: t % (v[0].id, v[1].id, v[2].id, v[3].id, v[4].id, v[5].id, v[6].id, v[7].id, s, e),
+def _take1(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+    for m in ms:
+        if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
+            return
+        v = m._env
+        ext((v[0].id, m.start, m.end))  # type: ignore[index]
+
+
+def _take2(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+    for m in ms:
+        if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
+            return
+        v = m._env
+        ext((v[0].id, v[1].id, m.start, m.end))  # type: ignore[index]
+
+
+def _take3(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+    for m in ms:
+        if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
+            return
+        v = m._env
+        ext((v[0].id, v[1].id, v[2].id, m.start, m.end))  # type: ignore[index]
+
+
+def _take4(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+    for m in ms:
+        if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
+            return
+        v = m._env
+        ext((v[0].id, v[1].id, v[2].id, v[3].id, m.start, m.end))  # type: ignore[index]
+
+
+def _take_any(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+    for m in ms:
+        if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
+            return
+        ext([e.id for e in m._env])  # type: ignore[union-attr]
+        ext((m.start, m.end))
+
+
+# take(matches, layout, query, extend): the leading matches of (layout, query) without fields, as flat values
+# (slot ids in variable order, start, end); stops at the first other one. Fixed arities avoid a list per match.
+_TAKE: dict[int, Callable[[list[Match], Any, Any, Callable[[Any], None]], None]] = {
+    1: _take1, 2: _take2, 3: _take3, 4: _take4,
 }
-_fast: dict[tuple[int, Any], tuple[Any, Any, str | None]] = {}  # (id(layout), query) -> (layout, fill, template)
+_LINES_PER_FORMAT = 1024  # matches formatted by one % of the template repeated
+_templates: dict[tuple[int, Any], tuple[Any, str | None]] = {}  # (id(layout), query) -> (layout, template)
+_blocks: dict[str, str] = {}  # template -> template * _LINES_PER_FORMAT
 
 
-def _fast_entry(layout: Any, query: Any) -> tuple[Any, Any, str | None]:
-    """``(layout, fill, template)`` for matches without fields of an all-single layout whose slots are
-    in variable order (the query name and empty fields are in the template); fill None otherwise."""
+def _fast_template(layout: Any, query: Any) -> str | None:
+    """The line template (newline included) of matches without fields of an all-single ``layout`` whose slots
+    are in variable order: the query name and empty fields are in it, then ``%d`` per slot, start, end;
+    None for any other layout (those lines go through :func:`match_line`)."""
     variables, slot_vars, kleene = layout
-    if any(kleene) or tuple(slot_vars) != tuple(variables) or len(variables) not in _FILL:
-        return (layout, None, None)
+    if any(kleene) or tuple(slot_vars) != tuple(variables) or not variables:
+        return None
     parts = ",".join(f"{_dumps(v).replace('%', '%%')}:[%d]" for v in variables)
     q = _query(query).replace("%", "%%")
-    template = '{"query":' + q + ',"events":{' + parts + '},"start":%d,"end":%d,"fields":{}}'
-    return (layout, _FILL[len(variables)], template)
-
-
-def match_lines(matches: Iterable[Match]) -> list[str]:
-    """:func:`match_line` of every match (the per-layout fast path without a call per match)."""
-    out: list[str] = []
-    append = out.append
-    cur_layout: Any = None
-    cur_query: Any = None
-    fill: Any = None
-    template: Any = None
-    for m in matches:
-        layout = m._layout
-        if m._fields or m._events is not None or layout is None:
-            append(match_line(m))
-            continue
-        if layout is not cur_layout or m.query is not cur_query:
-            cur_layout, cur_query = layout, m.query
-            entry = _fast.get((id(layout), cur_query))
-            if entry is None:
-                entry = _fast[(id(layout), cur_query)] = _fast_entry(layout, cur_query)
-            fill, template = entry[1], entry[2]
-        if fill is None:
-            append(match_line(m))
-        else:
-            append(fill(template, m._env, m.start, m.end))
-    return out
+    return '{"query":' + q + ',"events":{' + parts + '},"start":%d,"end":%d,"fields":{}}\n'
 
 
 def match_line(match: Match) -> str:
@@ -170,7 +182,12 @@ class MatchWriter:
         self._own = not hasattr(out, "write")
         self._out: BinaryIO = open(out, "wb") if self._own else out  # type: ignore[arg-type, assignment]
         self._batch = batch
-        self._lines: list[str] = []
+        # jsonl: formatted text, and the run of matches of one fast layout being gathered as flat values
+        self._parts: list[str] = []
+        self._n_parts = 0  # lines in _parts
+        self._flat: list[int] = []
+        self._run: tuple[Any, Any, Any, int, str] | None = None  # (take, layout, query, values per line, template)
+        self._run_n = 0
         self._pending: list[Match] = []
         self._pq: Any = None
         self.written = 0
@@ -183,15 +200,66 @@ class MatchWriter:
 
     def write(self, matches: Iterable[Match]) -> None:
         """Add matches (in order); written once a batch is full."""
-        if self.format == "jsonl":
-            lines = self._lines
-            lines.extend(match_lines(matches))
-            if len(lines) >= self._batch:
-                self._flush_lines()
-        else:
+        if self.format != "jsonl":
             self._pending.extend(matches)
             if len(self._pending) >= self._batch:
                 self._flush_parquet()
+            return
+        ms = matches if type(matches) is list else list(matches)
+        flat = self._flat
+        while ms:
+            run = self._run
+            if run is not None:
+                before = len(flat)
+                run[0](ms, run[1], run[2], flat.extend)
+                k = (len(flat) - before) // run[3]
+                self._run_n += k
+                if k == len(ms):
+                    break
+                ms = ms[k:]
+            # ms[0] ends the run: start one for its layout, or write it on its own
+            self._format_run()
+            m = ms[0]
+            layout = m._layout
+            template = None
+            if layout is not None and not m._fields and m._events is None:
+                key = (id(layout), m.query)
+                entry = _templates.get(key)
+                if entry is None:
+                    entry = _templates[key] = (layout, _fast_template(layout, m.query))
+                template = entry[1]
+            if template is None:
+                self._parts.append(match_line(m) + "\n")
+                self._n_parts += 1
+                ms = ms[1:]
+            else:
+                n = len(layout[0])
+                self._run = (_TAKE.get(n, _take_any), layout, m.query, n + 2, template)
+        if self._run_n >= _LINES_PER_FORMAT:
+            self._format_run(whole=False)
+        if self._n_parts >= self._batch:
+            self._flush_lines()
+
+    def _format_run(self, whole: bool = True) -> None:
+        """Format the gathered run's values into text, one ``%`` per ``_LINES_PER_FORMAT`` lines; unless
+        ``whole``, the lines short of a full block stay gathered."""
+        n = self._run_n
+        if not n:
+            return
+        flat, template, width = self._flat, self._run[4], self._run[3]  # type: ignore[index]
+        full = n - n % _LINES_PER_FORMAT
+        if full:
+            block = _blocks.get(template)
+            if block is None:
+                block = _blocks[template] = template * _LINES_PER_FORMAT
+            step = _LINES_PER_FORMAT * width
+            self._parts.extend(block % tuple(flat[i:i + step]) for i in range(0, full * width, step))
+        if whole and n > full:
+            self._parts.append((template * (n - full)) % tuple(flat[full * width:]))
+            full = n
+        self._n_parts += full
+        self._run_n = n - full
+        del flat[:full * width]
 
     def flush(self) -> None:
         """Write what is gathered (a Parquet row group, or JSONL lines) and flush the stream."""
@@ -212,11 +280,12 @@ class MatchWriter:
                 self._out.close()
 
     def _flush_lines(self) -> None:
-        lines = self._lines
-        if lines:
-            self._out.write(("\n".join(lines) + "\n").encode())
-            self.written += len(lines)
-            lines.clear()
+        self._format_run()
+        if self._parts:
+            self._out.write("".join(self._parts).encode())
+            self.written += self._n_parts
+            self._parts.clear()
+            self._n_parts = 0
 
     def _flush_parquet(self) -> None:
         import pyarrow.parquet as pq
@@ -243,7 +312,7 @@ class MatchWriter:
             return None
         first = ms[0]
         layout, query = first._layout, first.query
-        if layout is None or _fast_entry(layout, query)[1] is None:
+        if layout is None or _fast_template(layout, query) is None:
             return None
         for m in ms:
             if m._layout is not layout or m._events is not None or m._fields or m.query != query:

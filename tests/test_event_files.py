@@ -1,6 +1,7 @@
 """Typed event files: one type per column, one rule for missing values, CSV = JSONL = Parquet."""
 from __future__ import annotations
 
+import io
 import json
 import math
 import random
@@ -16,7 +17,7 @@ from engine.compiler import compile_query
 from engine.events import Event
 from engine.io import EventFileError, open_event_file, read_events
 from engine.match import Match
-from engine.match_files import MatchWriter, match_line, match_lines
+from engine.match_files import MatchWriter, match_line
 from engine.matcher import Matcher
 
 HEX = ["060030", "3964e8", "86e430", "3e4082", "4ca7b5"]
@@ -228,7 +229,40 @@ def test_match_line_equals_orjson_of_to_json():
             m = Match(name, None, 10, 40, fields, layout, env)
             expected = orjson.dumps(m.to_json(), option=orjson.OPT_NON_STR_KEYS).decode()
             assert match_line(m) == expected
-            assert match_lines([m, m]) == [expected, expected]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(seed):
+    """Runs of one all-single layout are formatted 1,024 lines at a time (engine.match_files): the bytes equal
+    one orjson line per match, whatever the mix of layouts, arities (1-6), names, fields and call sizes."""
+    rnd = random.Random(seed)
+    events = [Event(i, "A", i, {}) for i in range(50)]
+    layouts = []
+    for k in range(1, 7):
+        names = tuple(f"v{i}" for i in range(k))
+        layouts.append((names, names, (False,) * k))
+    layouts += [(("a", "b"), ("a", "b"), (False, True)), (("x%d", 'q"'), ("x%d", 'q"'), (False, False)),
+                (("a", "b", "c"), ("a", "c"), (False, False))]
+    ms = []
+    while len(ms) < 6_000:
+        layout = rnd.choice(layouts)
+        name = rnd.choice([None, "q", "q%s"])
+        fields = rnd.choice([None, None, None, {"f": rnd.random()}])
+        for _ in range(rnd.choice([1, 3, 1_500])):  # long runs cross the 1,024-line blocks
+            env = tuple((rnd.choice(events), rnd.choice(events)) if kl else rnd.choice(events) for kl in layout[2])
+            ms.append(Match(name, None, rnd.randrange(10**12), rnd.randrange(10**12), fields, layout, env))
+    out = io.BytesIO()
+    w = MatchWriter(out, batch=rnd.choice([1, 100, 5_000, 65_536]))
+    i = 0
+    while i < len(ms):
+        n = rnd.choice([1, 7, 300, 2_000])
+        w.write(ms[i:i + n] if rnd.random() < 0.8 else iter(ms[i:i + n]))
+        i += n
+    w.flush()
+    # after writing: to_json() builds and keeps a match's events, which takes it off the fast path
+    expected = b"".join(orjson.dumps(m.to_json(), option=orjson.OPT_NON_STR_KEYS) + b"\n" for m in ms)
+    assert out.getvalue() == expected
+    assert w.written == len(ms)
 
 
 def test_match_writer_parquet_holds_the_jsonl_content(tmp_path):
