@@ -43,6 +43,7 @@ from service.core.metrics import Metrics
 from service.core.security import hash_api_key
 from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
 from service.db.session import make_engine, make_session_factory
+from service.gc_policy import GcPolicy
 from service.live.runtime import LiveRuntime, RunOptions
 from service.maintenance_job import MaintenanceJob
 from service.webhooks.dispatcher import Dispatcher
@@ -171,14 +172,15 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     return engine, sessions, runtime
 
 
-async def _checkpoints(runtime: LiveRuntime, every_s: float) -> None:
-    """Every ``every_s`` seconds: advance queries over idle streams (:meth:`LiveRuntime.tick`) and record
-    the live-and-archived queries' restart points."""
+async def _checkpoints(runtime: LiveRuntime, every_s: float, gc_policy: GcPolicy) -> None:
+    """Every ``every_s`` seconds: advance queries over idle streams (:meth:`LiveRuntime.tick`), record
+    the live-and-archived queries' restart points, and let the GC policy thaw when its time comes."""
     while True:
         await anyio.sleep(every_s)
         try:
             await anyio.to_thread.run_sync(runtime.tick)
             await anyio.to_thread.run_sync(runtime.checkpoint)
+            await anyio.to_thread.run_sync(gc_policy.maybe_thaw)
         except Exception:
             log.exception("the periodic watermark advance or restart checkpoint failed")
 
@@ -215,10 +217,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             await anyio.to_thread.run_sync(runner.start)
         app.state.backfills = runner
-        checkpoints = asyncio.create_task(_checkpoints(runtime, settings.la_checkpoint_s))
+        gc_policy = GcPolicy(settings.gc_thaw_s)
+        gc_policy.install()  # after the stored queries started: they are frozen
+        checkpoints = asyncio.create_task(_checkpoints(runtime, settings.la_checkpoint_s, gc_policy))
         try:
             yield
         finally:
+            gc_policy.uninstall()
             checkpoints.cancel()
             runtime.on_deliveries = None
             await anyio.to_thread.run_sync(runtime.checkpoint)

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     """Python's thread switch interval in the service (``sys.setswitchinterval``): live-and-archived workers
     and archive requests run on threads; a shorter interval than Python's 5 ms keeps them from holding ingest
     up each time it waits for I/O (the convoy effect)."""
+    gc_thaw_s: Annotated[float, Field(ge=0)] = 600.0
+    """The garbage-collector policy (:mod:`service.gc_policy`): what survives a full collection is frozen
+    (``gc.freeze``), so full collections walk only newer objects instead of pausing every thread for up to
+    0.7 s with thousands of statements; every ``gc_thaw_s`` seconds everything is collected once (one pause)
+    to reclaim cyclic garbage among frozen objects (replaced statements). 0: CPython's collector unchanged."""
     pm_capacity: Annotated[int | None, Field(ge=1)] = 100_000
     """Partial matches a query keeps in memory by default (``pm_capacity`` per query overrides it); beyond it
     STPM (or TPM) spills to the database's partial-match table (001 section 5). Unset (empty): no budget."""

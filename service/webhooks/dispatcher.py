@@ -1,4 +1,9 @@
-"""The webhook dispatcher: an asyncio task that drains the outbox with httpx.
+"""The webhook dispatcher: an asyncio loop of its own, on a thread of its own, that drains the outbox with httpx.
+
+It does not share the HTTP server's event loop: httpx's connection pool polls every pooled
+connection's socket (two system calls each, each a wait for the GIL while ingest runs) each time
+it hands out a connection, which on the server's loop held API requests up for hundreds of
+milliseconds under load (httpcore issue encode/httpcore#928; measured in docs/benchmarks.md).
 
 Each loop: lease the due deliveries (and one probe per open circuit, see
 :mod:`service.webhooks.store`), send each (at most ``webhook_concurrency`` at once). An attempt's
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import threading
 import time
 from typing import Any
 
@@ -58,37 +64,68 @@ class Dispatcher:
         self.settings = settings
         self.metrics = metrics
         self.server_key = settings.signing_key()
-        self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._recorder: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._wake = asyncio.Event()  # these three belong to the dispatcher's loop (first used there)
         self._inflight: set[asyncio.Task[None]] = set()
         self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stopping = False
         self._open: set[int] = set()  # webhooks whose circuit opened: queued jobs of theirs are not sent
 
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        await anyio.to_thread.run_sync(lambda: release_leases(self.sessions, now_us=now_us()))
-        self._recorder = asyncio.create_task(self._record_loop(), name="lace-webhook-recorder")
-        self._task = asyncio.create_task(self._run(), name="lace-webhook-dispatcher")
+        """Release the leases a previous process left, then deliver on the ``lace-webhooks`` thread.
+
+        Raises whatever releasing the leases raised (the database is unreachable)."""
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), name="lace-webhooks", daemon=True)
+        self._thread.start()
+        await anyio.to_thread.run_sync(self._started.wait)
+        if self._start_error is not None:
+            raise self._start_error
 
     async def stop(self) -> None:
+        """Finish the attempts in flight (up to ``webhook_timeout_s``), record their outcomes, end the thread."""
+        loop, thread = self._loop, self._thread
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._begin_stop)
+            except RuntimeError:  # the loop closed meanwhile
+                pass
+        if thread is not None:
+            await anyio.to_thread.run_sync(thread.join)
+
+    def _begin_stop(self) -> None:
         self._stopping = True
         self._wake.set()
-        if self._task is not None:
-            await self._task
-        if self._recorder is not None:
+
+    async def _main(self) -> None:
+        try:
+            await anyio.to_thread.run_sync(lambda: release_leases(self.sessions, now_us=now_us()))
+        except BaseException as e:
+            self._start_error = e
+            self._started.set()
+            return
+        self._loop = asyncio.get_running_loop()
+        recorder = asyncio.create_task(self._record_loop(), name="lace-webhook-recorder")
+        task = asyncio.create_task(self._run(), name="lace-webhook-dispatcher")
+        self._started.set()
+        try:
+            await task
+        finally:
             self._outcomes.put_nowait(None)
-            await self._recorder
+            await recorder
 
     def wake(self) -> None:
         """Thread-safe: new deliveries are committed."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._wake.set)
+            try:
+                loop.call_soon_threadsafe(self._wake.set)
+            except RuntimeError:  # closed between the check and the call (shut-down)
+                pass
 
     # ------------------------------------------------------------------ loop
 
