@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--updates-per-s", type=float, default=10)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--service-env", action="append", default=[], metavar="LACE_X=V",
+                    help="a setting for the service (repeatable), e.g. LACE_GC_THAW_S=0 for CPython's GC as is")
     args = ap.parse_args(argv)
 
     rules = aarhus_rules(args.rules)
@@ -108,12 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     data = readings(n_events)
     gc.freeze()  # the readings and rules live to the end: the posting loop is not paused walking them
     rng = random.Random(7)
-    out: dict[str, Any] = {"rules": len(rules), "machine": f"{platform.machine()}, {os.cpu_count()} cores"}
+    out: dict[str, Any] = {"rules": len(rules), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+                           "service_env": args.service_env}
     rx = Receiver()
     rx.start()
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
-        proc, key = start_service(Path(tmp), port)
+        proc, key = start_service(Path(tmp), port, dict(kv.split("=", 1) for kv in args.service_env))
         try:
             auth = {"Authorization": f"Bearer {key}"}
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=120) as c:
