@@ -156,15 +156,16 @@ class ArchiveWriter:
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, events: Iterable[Event]) -> int:
+    def append(self, events: Iterable[Event], *, ingested_at_us: int | None = None) -> int:
         """Make ``events`` durable and buffered; return how many were acknowledged.
 
-        Nothing is written when any event is invalid (:class:`SchemaError`).
+        ``ingested_at_us`` stamps them (default: now, int us UTC). Nothing is written when any event is
+        invalid (:class:`SchemaError`).
         """
         groups: dict[str, list[Event]] = {}
         for e in events:
             groups.setdefault(e.type, []).append(e)
-        now_us = time.time_ns() // 1_000
+        now_us = time.time_ns() // 1_000 if ingested_at_us is None else ingested_at_us
         return self._append(
             [(self._type(n), events_to_record(self._type(n), evs, ingested_at_us=now_us)) for n, evs in groups.items()]
         )

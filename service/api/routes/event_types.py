@@ -97,7 +97,7 @@ def _users(session: SessionDep, name: str, *, active_only: bool = False) -> list
 @router.post("", status_code=201, summary="Register an event type")
 def create_event_type(body: EventTypeCreate, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> EventTypePublic:
     etype = _archive_type(body.name, dict(body.attributes), body.partition_key, body.interval)
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         if session.get(EventTypeRow, body.name) is not None:
             raise ApiError(409, f"event type {body.name!r} exists (PATCH it to add attributes)", "body.name")
         if runtime.archive is not None:
@@ -142,7 +142,7 @@ def get_event_type(name: Name, session: SessionDep, _: ReadKey) -> EventTypePubl
 def update_event_type(
     name: Name, body: EventTypeUpdate, session: SessionDep, runtime: RuntimeDep, _: AdminKey
 ) -> EventTypePublic:
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         row = _get(session, name)
         merged = dict(row.attributes)
         defaults = dict(row.defaults or {})
@@ -194,7 +194,7 @@ def update_event_type(
 
 @router.delete("/{name}", status_code=204, summary="Delete an event type no query uses (its archive stays)")
 def delete_event_type(name: Name, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> Response:
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         row = _get(session, name)
         users = _users(session, name)
         if users:

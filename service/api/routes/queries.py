@@ -30,7 +30,7 @@ from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
 from service.api.routes.event_types import _archive_type, spec_of
 from service.core.errors import ApiError, get_or_404
 from service.db.models import EventTypeRow, QueryRow
-from service.db.session import now_us
+from service.db.session import now_us, session_write_gate
 from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
@@ -109,6 +109,8 @@ def _stats(lq: LiveQuery) -> QueryStats:
 
 def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
     lq = runtime.queries.get(row.id)
+    if lq is not None and lq.version != row.version:
+        lq = None  # a new version whose start is deferred to the ingest request in flight: it counts from zero
     live_archived = row.kind == "live_archived"
     opts = runtime.resolve(RunOptions.from_row(row))
     return QueryPublic(
@@ -332,7 +334,7 @@ def create_query(
         raise ApiError(422, "give the query a NAME clause or a name field", "body.name")
     if len(name) > 128:
         raise ApiError(422, "the name is longer than 128 characters", "body.name")
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         if session.execute(select(QueryRow.id).where(QueryRow.name == name)).first() is not None:
             raise ApiError(409, f"a query named {name!r} exists", "body.name")
         t = runtime.activation_us()
@@ -507,23 +509,78 @@ def update_query(
     state: StateParam = "reset",
     emit_history: HistoryParam = False,
 ) -> QueryPublic:
+    """A new version of the statement: it counts from zero and its alerts carry the new version; the old
+    version's partial matches are dropped (``state=warm`` rebuilds the new one's state from the archive).
+
+    Atomic with respect to ingest requests: the request in flight when the update arrives is matched wholly by
+    the old version, every request sent after the answer wholly by the new one. The answer does not wait for
+    the request in flight when the statement is active, stays active, is no filter and no live-and-archived
+    query, emits nothing and reads no derived type, and ``state=reset``: the new version starts before the
+    next request is matched (issue 14: < 100 ms). Otherwise the update waits for the request in flight."""
     compiled = compile_text(body.text, runtime)
     compiled, choice = _trial_for(body, compiled, runtime)
     _check_warm(state, compiled, runtime)
-    with runtime.lock:
+    with runtime.control:
         row = _get(session, id)
+        if _deferrable(row, compiled, state, runtime):
+            _apply_options(row, body, compiled, runtime)
+            _set_version(row, body, compiled, choice)
+            opts = RunOptions.from_row(row)
+
+            def commit(t: int) -> None:
+                row.active_since_us = row.updated_at_us = t
+                with session_write_gate(session):
+                    session.commit()
+
+            runtime.start_deferred(
+                query_id=row.id, name=row.name, compiled=compiled, options=opts, version=row.version, commit=commit
+            )
+            return public(row, runtime)
+        return _update_now(row, body, compiled, choice, session, runtime, state, emit_history)
+
+
+def _deferrable(row: QueryRow, compiled: AnyStatement, state: str, runtime: LiveRuntime) -> bool:
+    """Whether an update can start without waiting for the ingest request in flight
+    (:meth:`LiveRuntime.start_deferred`): an active statement that ingest does not consult while stamping
+    events and that emits nothing, before and after (no filter, no live-and-archived query, no EMIT INTO, no
+    derived input), updated with ``state=reset``. Call under ``runtime.control``."""
+    if state != "reset" or row.state != "active" or row.kind in ("filter", "live_archived") or row.emits:
+        return False
+    if kind_of(compiled) in ("filter", "live_archived") or compiled.emit_into is not None:
+        return False
+    derived = runtime.emitters.keys()
+    return not any(t in derived for t in (*row.types, *compiled.stream_types))
+
+
+def _set_version(row: QueryRow, body: QueryUpdate, compiled: AnyStatement, choice: dict[str, Any] | None) -> None:
+    """Store a new version's text on ``row`` (its options are :func:`_apply_options`')."""
+    row.text = body.text
+    row.plan_choice = choice  # a new text is a new plan: without plan_trial, the default one
+    row.types = sorted(compiled.stream_types)
+    row.window_us = _window_us(compiled)
+    row.version += 1
+    row.resume_from_us = None
+    row.counters = None  # a new version counts from zero
+
+
+def _update_now(
+    row: QueryRow,
+    body: QueryUpdate,
+    compiled: AnyStatement,
+    choice: dict[str, Any] | None,
+    session: SessionDep,
+    runtime: LiveRuntime,
+    state: str,
+    emit_history: bool,
+) -> QueryPublic:
+    """An update under the runtime lock (after the ingest request in flight), warmed when asked."""
+    with runtime.control, runtime.lock:
         t = runtime.activation_us()
         _apply_options(row, body, compiled, runtime)
         _check_flow(session, runtime, compiled, row.id)
-        row.text = body.text
-        row.plan_choice = choice  # a new text is a new plan: without plan_trial, the default one
-        row.types = sorted(compiled.stream_types)
-        row.window_us = _window_us(compiled)
-        row.version += 1
+        _set_version(row, body, compiled, choice)
         row.active_since_us = t
         row.updated_at_us = t
-        row.resume_from_us = None
-        row.counters = None  # a new version counts from zero
         session.commit()
         warmed = _start_as_asked(runtime, row, compiled, t, state, emit_history)
     out = public(row, runtime)
@@ -533,7 +590,7 @@ def update_query(
 
 @router.post("/{id:int}/pause", summary="Pause a query (drops its partial matches)")
 def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         row = _get(session, id)
         if row.state != "paused":
             lq = runtime.queries.get(row.id)
@@ -551,7 +608,7 @@ def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -
     summary="Resume a paused query, or restart a failed one (sees the events after this call)",
 )
 def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         row = _get(session, id)
         live = runtime.queries.get(row.id)
         if row.state == "active" and (live is None or live.failed is None):
@@ -594,7 +651,7 @@ def switch_query_plan(
             chosen = compile_chosen(compiled.ast, runtime.schemas(), choice)
         except QueryError as e:
             raise ApiError(422, e.reason, "body.plan") from None
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         row = _get(session, id)
         if row.text != text:
             raise ApiError(409, "the query's text changed while its plan was chosen; try again", "id")
@@ -638,7 +695,7 @@ def delete_query(
     _: AdminKey,
     cascade: Annotated[bool, Query(description="Also delete the statements that read its derived type.")] = False,
 ) -> Response:
-    with runtime.lock:
+    with runtime.control, runtime.lock:
         row = _get(session, id)
         readers = _readers_of(session, row)
         if readers and not cascade:
