@@ -395,7 +395,7 @@ class EventTable:
         ts = _py_values(self.ts.slice(lo, n))
         if self.ts_end is None:
             return list(map(Event, ids, types.values(lo, n), ts, attrs))
-        ends = self.ts_end.slice(lo, n).to_pylist()
+        ends = _py_values(self.ts_end.slice(lo, n))
         return list(map(Event, ids, types.values(lo, n), ts, attrs, ends))
 
 

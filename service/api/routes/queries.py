@@ -573,8 +573,9 @@ def _update_now(
     state: str,
     emit_history: bool,
 ) -> QueryPublic:
-    """An update under the runtime lock (after the ingest request in flight), warmed when asked."""
-    with runtime.control, runtime.lock:
+    """An update under the runtime lock (after the ingest request in flight), warmed when asked. Call under
+    ``runtime.control``."""
+    with runtime.lock:
         t = runtime.activation_us()
         _apply_options(row, body, compiled, runtime)
         _check_flow(session, runtime, compiled, row.id)
