@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS  ?= --n 100000
 
 .DEFAULT_GOAL := help
-.PHONY: help venv test test-fast demo serve bench bench-service lint check-java clean
+.PHONY: help venv delta-jars postgres test test-fast demo serve bench bench-service lint check-java clean
 
 help:  ## list the targets
 	@echo "LACE make targets:"
@@ -29,16 +29,24 @@ $(STAMP): pyproject.toml tests/plugin_pkg/pyproject.toml $(wildcard */__init__.p
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -e tests/plugin_pkg
 	@touch $@
 
-test: check-java venv  ## run the whole test suite, slow tests included
+# The Delta Spark connector (io.delta JARs for the pinned pyspark and delta-spark) fetched by mvn into .jars/, once.
+# Without Maven or network this warns and LACE reads the archive with its filelist reader; under CI it must succeed.
+delta-jars:  ## fetch the Delta Spark connector with Maven into .jars/ (skipped when present)
+	@$(PYTHON) deploy/fetch_delta_jars.py $(if $(CI),,--optional) >/dev/null
+
+postgres:  ## install (apt-get, root) and start PostgreSQL for the tests: 127.0.0.1:5432, trust, database test
+	bash .ci/postgres.sh
+
+test: check-java venv delta-jars  ## run the whole test suite, slow tests included
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: check-java venv  ## run the tests not marked slow
+test-fast: check-java venv delta-jars  ## run the tests not marked slow
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: check-java venv  ## run the main job (lace demo)
+demo: check-java venv delta-jars  ## run the main job (lace demo)
 	$(LACE_VENV)/bin/lace demo
 
-serve: venv  ## run the REST service (lace serve; settings from LACE_* variables)
+serve: venv delta-jars  ## run the REST service (lace serve; settings from LACE_* variables)
 	$(LACE_VENV)/bin/lace serve
 
 bench-service: venv  ## service benchmark: ingest events/s and ingest-to-webhook latency

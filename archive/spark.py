@@ -10,10 +10,14 @@ Configuration (environment, or :class:`SparkSettings` fields):
 * ``LACE_SPARK_CONF``: extra ``spark.*`` settings, ``key=value`` separated by ``;`` or
   newlines (e.g. ``spark.driver.memory=2g;spark.sql.shuffle.partitions=8``). They
   override the defaults below.
-* ``LACE_DELTA_JAR``: path of the Delta Spark connector JAR (``delta-spark_4.2_2.13``,
-  pinned with pyspark). Only when that file holds the Delta extension class are the
-  Delta extension and catalog configured (with them but without the JAR every query
-  fails) and the ``native`` reader chosen.
+* ``LACE_DELTA_JAR``: the Delta Spark connector: a folder of JARs (every ``*.jar`` in it
+  goes on ``spark.jars``) or one JAR. Default: the folder ``make delta-jars``
+  (``deploy/fetch_delta_jars.py``) fills in the checkout, ``.jars/delta-spark_<spark
+  major.minor>_2.13-<delta-spark version>``, named by the installed ``pyspark`` and
+  ``delta-spark`` (both pinned in ``pyproject.toml``). ``none`` turns the connector off.
+  Only when one of the JARs holds the Delta extension class are the Delta extension and
+  catalog configured (with them but without the JAR every query fails) and the
+  ``native`` reader chosen (:func:`reader_choice` says which, and why).
 
 Always set: UTC everywhere (``TZ``, ``-Duser.timezone`` for driver and executors,
 ``spark.sql.session.timeZone``), no UI, a raised parallel partition discovery
@@ -43,6 +47,10 @@ _UTC_JAVA = "-Duser.timezone=UTC"
 _LOG4J = Path(__file__).with_name("log4j2.properties")
 _DRIVER_JAVA = f"{_UTC_JAVA} -Dlog4j2.configurationFile=file:{_LOG4J}"  # errors only: no start-up banner
 
+REPO = Path(__file__).resolve().parents[1]
+JARS_DIR = REPO / ".jars"  # filled by `make delta-jars`; ignored by git
+SCALA = "2.13"
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
 _timings: dict[str, float] = {}
@@ -59,7 +67,7 @@ class SparkSettings:
     app_name : str
         Application name shown by the cluster.
     delta_jar : str, optional
-        Path of the Delta Spark connector JAR (enables the ``native`` reader).
+        The Delta Spark connector: a folder of JARs or one JAR (enables the ``native`` reader).
     conf : Mapping[str, str]
         Extra ``spark.*`` settings, applied last.
     """
@@ -73,6 +81,8 @@ class SparkSettings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkSettings:
         """Settings from ``LACE_SPARK_MASTER``, ``LACE_SPARK_CONF`` and ``LACE_DELTA_JAR``.
 
+        An unset or empty ``LACE_DELTA_JAR`` means :func:`default_delta_jars`; ``none`` means no connector.
+
         >>> s = SparkSettings.from_env({"LACE_SPARK_CONF": "spark.driver.memory=2g; spark.a.b = c"})
         >>> s.master, dict(s.conf)
         ('local[*]', {'spark.driver.memory': '2g', 'spark.a.b': 'c'})
@@ -80,7 +90,7 @@ class SparkSettings:
         env = os.environ if environ is None else environ
         return cls(
             master=env.get("LACE_SPARK_MASTER") or "local[*]",
-            delta_jar=env.get("LACE_DELTA_JAR") or None,
+            delta_jar=_delta_jar_setting(env.get("LACE_DELTA_JAR", "")),
             conf=parse_conf(env.get("LACE_SPARK_CONF", "")),
         )
 
@@ -105,15 +115,69 @@ def parse_conf(text: str) -> dict[str, str]:
     return out
 
 
-def jar_has_delta(path: str | None) -> bool:
-    """Whether ``path`` is a JAR holding the Delta Spark extension class (checked before the JVM starts)."""
-    if not path or not Path(path).is_file():
-        return False
+def _delta_jar_setting(value: str) -> str | None:
+    value = value.strip()
+    if value.lower() == "none":
+        return None
+    return value or default_delta_jars()
+
+
+def default_delta_jars() -> str | None:
+    """The checkout's connector folder for the installed ``pyspark`` and ``delta-spark``, if it was fetched.
+
+    ``.jars/delta-spark_<spark major.minor>_2.13-<delta-spark version>`` under the repository (the
+    name ``deploy/fetch_delta_jars.py`` gives it); None when ``delta-spark`` is not installed or the
+    folder is missing.
+    """
+    from importlib import metadata
+
     try:
-        with zipfile.ZipFile(path) as z:
-            return DELTA_EXTENSION.replace(".", "/") + ".class" in z.namelist()
-    except zipfile.BadZipFile:
-        return False
+        spark_version, delta_version = metadata.version("pyspark"), metadata.version("delta-spark")
+    except metadata.PackageNotFoundError:
+        return None
+    folder = JARS_DIR / f"delta-spark_{'.'.join(spark_version.split('.')[:2])}_{SCALA}-{delta_version}"
+    return str(folder) if folder.is_dir() else None
+
+
+def delta_jar_paths(path: str | None) -> list[str]:
+    """The JARs ``path`` names: every ``*.jar`` of a folder (sorted), or the file itself; [] for None or nothing."""
+    if not path:
+        return []
+    p = Path(path)
+    if p.is_dir():
+        return [str(j) for j in sorted(p.glob("*.jar"))]
+    return [str(p)] if p.is_file() else []
+
+
+def jar_has_delta(path: str | None) -> bool:
+    """Whether ``path`` (a JAR, or a folder of JARs) holds the Delta Spark extension class (checked before the JVM
+    starts)."""
+    wanted = DELTA_EXTENSION.replace(".", "/") + ".class"
+    for jar in delta_jar_paths(path):
+        try:
+            with zipfile.ZipFile(jar) as z:
+                if wanted in z.namelist():
+                    return True
+        except (OSError, zipfile.BadZipFile):
+            continue
+    return False
+
+
+def reader_choice(settings: SparkSettings | None = None) -> tuple[str, str]:
+    """``("native" | "filelist", why)``: the archive reader a session built with ``settings`` will use.
+
+    Decided from the files alone (no JVM started): ``native`` when the connector is configured and
+    holds the Delta extension class. The service logs this line once at start.
+    """
+    settings = settings or SparkSettings.from_env()
+    if jar_has_delta(settings.delta_jar):
+        return "native", f"Delta Spark connector from {settings.delta_jar}"
+    if settings.delta_jar:
+        return "filelist", f"{settings.delta_jar} holds no {DELTA_EXTENSION}; Spark reads the snapshots' Parquet files"
+    return "filelist", (
+        "no Delta Spark connector (run `make delta-jars`, which needs Maven, or set LACE_DELTA_JAR); "
+        "Spark reads the Delta snapshots' Parquet files, listed by delta-rs"
+    )
 
 
 def build_conf(settings: SparkSettings) -> dict[str, str]:
@@ -136,7 +200,7 @@ def build_conf(settings: SparkSettings) -> dict[str, str]:
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.sql.shuffle.partitions"] = str(2 * (os.cpu_count() or 2))
     if jar_has_delta(settings.delta_jar):
-        conf["spark.jars"] = str(settings.delta_jar)
+        conf["spark.jars"] = ",".join(delta_jar_paths(settings.delta_jar))
         conf["spark.sql.extensions"] = DELTA_EXTENSION
         conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
     for key, value in settings.conf.items():

@@ -27,8 +27,20 @@ def serve(
         host=host or settings.host,
         port=settings.port if port is None else port,
         log_level=settings.log_level,
+        log_config=_log_config(settings.log_level),
         access_log=settings.access_log,
     )
+
+
+def _log_config(level: str) -> dict[str, Any]:
+    """uvicorn's logging configuration with LACE's own loggers (``lace.*``) on the same handler and format."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["lace"] = {"handlers": ["default"], "level": level.upper(), "propagate": False}
+    return config
 
 
 db_app = typer.Typer(help="The service database.", no_args_is_help=True)

@@ -1,191 +1,199 @@
 #!/usr/bin/env python3
-"""Fetch the Delta Spark connector from a Maven repository and bundle it into one JAR.
+"""Fetch the Delta Spark connector and the ``io.delta`` JARs it needs at run time, with Maven.
 
-Used by ``deploy/Dockerfile`` (build argument ``DELTA_VERSION``); runs on any Python 3.11 with the
-standard library only, so it also works on a host being set up without Docker::
+The version is pinned once, in ``pyproject.toml`` (``delta-spark==X``, beside ``pyspark==Y``): this
+script reads both pins, names the artifact ``io.delta:delta-spark_<Y major.minor>_2.13:X`` and has
+``mvn`` (the registry's ordinary client, with the machine's Maven settings) resolve it and its
+``io.delta`` runtime dependencies (``delta-storage``, ``delta-kernel-*``) into one folder::
 
-    python3 deploy/fetch_delta_jars.py --version 4.4.1 --out /opt/lace/jars
+    python3 deploy/fetch_delta_jars.py                 # -> .jars/delta-spark_4.2_2.13-<X>/ in the checkout
+    python3 deploy/fetch_delta_jars.py --out /opt/lace/jars/delta   # the Dockerfile
 
-Why a bundle: ``delta-spark`` needs its ``io.delta`` runtime dependencies (at least ``delta-storage``)
-loaded by the same class loader (a JAR given alone fails with ``NoClassDefFoundError:
-io/delta/storage/LogStore``), while LACE passes exactly one path, ``LACE_DELTA_JAR``, to
-``spark.jars`` (archive/spark.py). So the ``io.delta`` artifacts of the POM's compile/runtime
-dependencies are fetched (transitively), checked against the repository's ``.sha1`` files and
-merged into ``<artifact>-<version>-bundle.jar``: entries of ``META-INF/services/`` are concatenated,
-signature files dropped, and any other duplicate keeps the first copy (delta-spark's). Other
-dependencies (antlr4-runtime, Scala, Spark itself) are provided by Spark and only listed.
+Everything else the connector depends on (Scala, Hadoop, Parquet, Jackson) is Spark's own and is not
+copied. ``archive/spark.py`` finds the default folder by itself (``LACE_DELTA_JAR`` overrides it) and
+puts every JAR in it on ``spark.jars``, so Spark reads the archive with ``format("delta")``.
 
-The output path is printed on the last line of stdout. Exit status 1 on any failure (download,
-checksum, or a bundle without ``io.delta.sql.DeltaSparkSessionExtension``).
+Runs on any Python 3.11 with the standard library only. Idempotent: a complete folder (its
+``.complete`` marker names the same artifact) is left as it is, in a few milliseconds.
+
+Exit status: 0 when the folder is complete; 1 on any failure (``mvn`` missing, resolution failed, no
+``io.delta.sql.DeltaSparkSessionExtension`` in what was fetched), with one line on stderr saying what
+to do. ``--optional`` turns a failure into a warning and exit status 0 (``make`` on a laptop without
+Maven or network: LACE then reads the archive with its ``filelist`` reader and says so at start).
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
+import shutil
+import subprocess
 import sys
-import urllib.request
+import tempfile
+import tomllib
 import zipfile
 from pathlib import Path
-from xml.etree import ElementTree
 
-DEFAULT_REPO = "https://repo1.maven.org/maven2"
-DEFAULT_ARTIFACT = "delta-spark_4.2_2.13"  # pinned with pyspark 4.2.0 (Scala 2.13); see ARCHIVE_NOTES.md
+REPO = Path(__file__).resolve().parents[1]
+SCALA = "2.13"
 GROUP = "io.delta"
 EXTENSION_CLASS = "io/delta/sql/DeltaSparkSessionExtension.class"
-RUNTIME_SCOPES = {None, "", "compile", "runtime"}
-_SIGNATURE = re.compile(r"^META-INF/[^/]+\.(SF|RSA|DSA|EC)$", re.IGNORECASE)
-_PROPERTY = re.compile(r"\$\{([^}]+)\}")
+MARKER = ".complete"
+_PIN = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*==\s*([A-Za-z0-9_.+-]+)\s*$")
+
+POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>lace</groupId>
+  <artifactId>lace-delta-jars</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>{group}</groupId>
+      <artifactId>{artifact}</artifactId>
+      <version>{version}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
 
 
 class FetchError(RuntimeError):
-    """A download, checksum or POM problem (one line for the user)."""
+    """A pin, Maven or JAR problem (one line for the user)."""
 
 
-def _url(repo: str, group: str, artifact: str, version: str, ext: str) -> str:
-    return f"{repo.rstrip('/')}/{group.replace('.', '/')}/{artifact}/{version}/{artifact}-{version}.{ext}"
+def pins(pyproject: Path) -> dict[str, str]:
+    """``{distribution name (lower case): version}`` of the ``==`` pins in ``[project].dependencies``.
 
-
-def _get(url: str, timeout_s: float = 120.0) -> bytes:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 (http(s) or file URL by design)
-            data: bytes = response.read()
-            return data
-    except OSError as e:  # URLError and HTTPError are OSErrors
-        raise FetchError(f"cannot fetch {url}: {e}") from e
-
-
-def fetch_verified(repo: str, group: str, artifact: str, version: str, ext: str) -> bytes:
-    """The artifact's bytes, refused unless they match the repository's ``.sha1``."""
-    url = _url(repo, group, artifact, version, ext)
-    data = _get(url)
-    expected = _get(url + ".sha1").decode("ascii", "replace").split()
-    if not expected:
-        raise FetchError(f"{url}.sha1 is empty")
-    actual = hashlib.sha1(data).hexdigest()  # noqa: S324 (Maven Central's published checksum; integrity, not secrecy)
-    if actual.lower() != expected[0].lower():
-        raise FetchError(f"{url}: sha1 {actual} does not match the published {expected[0]}")
-    return data
-
-
-def _text(node: ElementTree.Element | None, tag: str, ns: str) -> str | None:
-    child = None if node is None else node.find(f"{ns}{tag}")
-    return None if child is None or child.text is None else child.text.strip()
-
-
-def pom_dependencies(pom: bytes, own_version: str) -> list[tuple[str, str, str | None, str | None, bool]]:
-    """``(groupId, artifactId, version, scope, optional)`` of a POM's direct dependencies.
-
-    ``${project.version}`` and the POM's own ``<properties>`` are substituted.
-
-    >>> pom = (b'<project xmlns="http://maven.apache.org/POM/4.0.0"><version>9</version><dependencies>'
-    ...        b'<dependency><groupId>io.delta</groupId><artifactId>delta-storage</artifactId>'
-    ...        b'<version>${project.version}</version></dependency></dependencies></project>')
-    >>> pom_dependencies(pom, "9")
-    [('io.delta', 'delta-storage', '9', None, False)]
+    Raises
+    ------
+    FetchError
+        When the file cannot be read or parsed.
     """
-    root = ElementTree.fromstring(pom)
-    ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-    props = {"project.version": _text(root, "version", ns) or own_version, "version": own_version}
-    properties = root.find(f"{ns}properties")
-    if properties is not None:
-        for prop in properties:
-            props[prop.tag.removeprefix(ns)] = (prop.text or "").strip()
-
-    def resolve(value: str | None) -> str | None:
-        return None if value is None else _PROPERTY.sub(lambda m: props.get(m.group(1), m.group(0)), value)
-
-    out = []
-    deps = root.find(f"{ns}dependencies")
-    for dep in [] if deps is None else deps.findall(f"{ns}dependency"):
-        out.append(
-            (
-                resolve(_text(dep, "groupId", ns)) or "",
-                resolve(_text(dep, "artifactId", ns)) or "",
-                resolve(_text(dep, "version", ns)),
-                _text(dep, "scope", ns),
-                (_text(dep, "optional", ns) or "false").lower() == "true",
-            )
-        )
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise FetchError(f"cannot read the pins in {pyproject}: {e}") from e
+    out = {}
+    for dep in data.get("project", {}).get("dependencies", []):
+        m = _PIN.match(re.sub(r"\[[^]]*\]", "", dep.split(";")[0]))  # extras and markers do not name versions
+        if m is not None:
+            out[m.group(1).lower()] = m.group(2)
     return out
 
 
-def collect(repo: str, artifact: str, version: str) -> tuple[list[tuple[str, bytes]], list[str]]:
-    """The JARs to bundle (``artifact`` first, then its ``io.delta`` runtime dependencies) and the others' names."""
-    jars: list[tuple[str, bytes]] = []
-    provided: list[str] = []
-    seen: set[str] = set()
-    todo = [(artifact, version)]
-    while todo:
-        name, ver = todo.pop(0)
-        if name in seen:
+def artifact_for(pyproject: Path) -> tuple[str, str]:
+    """``(artifactId, version)`` of the connector pinned in ``pyproject``.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "pyproject.toml"
+    >>> _ = p.write_text('[project]\\ndependencies = ["pyspark==4.2.0", "delta-spark==4.4.0"]\\n')
+    >>> artifact_for(p)
+    ('delta-spark_4.2_2.13', '4.4.0')
+    """
+    pinned = pins(pyproject)
+    missing = [name for name in ("pyspark", "delta-spark") if name not in pinned]
+    if missing:
+        raise FetchError(f"{pyproject} pins no {' and no '.join(missing)} (expected name==version)")
+    spark_minor = ".".join(pinned["pyspark"].split(".")[:2])
+    return f"delta-spark_{spark_minor}_{SCALA}", pinned["delta-spark"]
+
+
+def folder_name(artifact: str, version: str) -> str:
+    """The folder the JARs go to: ``<artifact>-<version>`` (``archive/spark.py`` looks for the same name)."""
+    return f"{artifact}-{version}"
+
+
+def is_complete(folder: Path, artifact: str, version: str) -> bool:
+    """Whether ``folder`` holds a finished fetch of this artifact (its marker names it)."""
+    marker = folder / MARKER
+    try:
+        return marker.read_text(encoding="utf-8").split() == [f"{GROUP}:{artifact}:{version}"]
+    except OSError:
+        return False
+
+
+def has_extension(jars: list[Path]) -> bool:
+    """Whether one of ``jars`` holds the Delta SQL extension class."""
+    for jar in jars:
+        try:
+            with zipfile.ZipFile(jar) as z:
+                if EXTENSION_CLASS in z.namelist():
+                    return True
+        except (OSError, zipfile.BadZipFile):
             continue
-        seen.add(name)
-        jars.append((f"{name}-{ver}.jar", fetch_verified(repo, GROUP, name, ver, "jar")))
-        pom = fetch_verified(repo, GROUP, name, ver, "pom")
-        for group, dep, dep_ver, scope, optional in pom_dependencies(pom, ver):
-            if optional or scope not in RUNTIME_SCOPES:
-                continue
-            if group == GROUP:
-                if not dep_ver:
-                    raise FetchError(f"{name}-{ver}.pom: no version for {group}:{dep}")
-                todo.append((dep, dep_ver))
-            else:
-                provided.append(f"{group}:{dep}:{dep_ver or '?'}")
-    return jars, provided
+    return False
 
 
-def bundle(jars: list[tuple[str, bytes]], out: Path) -> Path:
-    """Merge ``jars`` (the first wins on duplicates; services files are concatenated) into ``out``."""
-    import io
+def fetch(artifact: str, version: str, out: Path, *, mvn: str = "mvn", timeout_s: float = 900.0) -> list[Path]:
+    """Resolve ``io.delta:artifact:version`` with Maven and copy its ``io.delta`` runtime JARs into ``out``.
 
-    services: dict[str, list[bytes]] = {}
-    written: set[str] = set()
-    tmp = out.with_suffix(".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as dst:
-        for _name, data in jars:
-            with zipfile.ZipFile(io.BytesIO(data)) as src:
-                for info in src.infolist():
-                    entry = info.filename
-                    if info.is_dir() or _SIGNATURE.match(entry):
-                        continue
-                    if entry.startswith("META-INF/services/"):
-                        lines = [ln for ln in src.read(info).splitlines() if ln.strip()]
-                        kept = services.setdefault(entry, [])
-                        kept.extend(ln for ln in lines if ln not in kept)
-                        continue
-                    if entry in written:
-                        continue
-                    written.add(entry)
-                    dst.writestr(info, src.read(info))
-        for entry, lines in sorted(services.items()):
-            dst.writestr(entry, b"\n".join(lines) + b"\n")
-    with zipfile.ZipFile(tmp) as check:
-        if EXTENSION_CLASS not in check.namelist():
-            tmp.unlink()
-            raise FetchError(f"the bundle holds no {EXTENSION_CLASS}: is {jars[0][0]} the Delta Spark connector?")
-    tmp.replace(out)
-    return out
+    The JARs are copied into a temporary sibling folder first and moved into place only when they
+    hold the extension class, so an interrupted fetch never leaves a folder that looks complete.
+
+    Raises
+    ------
+    FetchError
+        ``mvn`` not on PATH, resolution failed (Maven's last lines are in the message), or no
+        extension class in the fetched JARs.
+    """
+    exe = shutil.which(mvn)
+    if exe is None:
+        raise FetchError(f"{mvn} is not on PATH (apt-get install maven), cannot fetch {GROUP}:{artifact}:{version}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".fetch-", dir=out.parent) as tmp:
+        work = Path(tmp)
+        (work / "pom.xml").write_text(POM.format(group=GROUP, artifact=artifact, version=version), encoding="utf-8")
+        staged = work / "jars"
+        cmd = [
+            exe, "-B", "-q", "-f", str(work / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DincludeGroupIds={GROUP}", "-DincludeScope=runtime", f"-DoutputDirectory={staged}",
+        ]  # fmt: skip
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)  # noqa: S603
+        except subprocess.TimeoutExpired as e:
+            what = f"{GROUP}:{artifact}:{version}"
+            raise FetchError(f"mvn did not finish within {timeout_s:.0f} s resolving {what}") from e
+        if done.returncode != 0:
+            tail = " | ".join(line.strip() for line in (done.stdout + done.stderr).splitlines()[-6:] if line.strip())
+            raise FetchError(f"mvn could not resolve {GROUP}:{artifact}:{version} (exit {done.returncode}): {tail}")
+        jars = sorted(staged.glob("*.jar"))
+        if not has_extension(jars):
+            raise FetchError(f"{GROUP}:{artifact}:{version} fetched, but no JAR holds {EXTENSION_CLASS}")
+        (staged / MARKER).write_text(f"{GROUP}:{artifact}:{version}\n", encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        staged.rename(out)
+    return sorted(out.glob("*.jar"))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--version", required=True, help="delta-spark version, e.g. 4.4.1")
-    parser.add_argument("--artifact", default=DEFAULT_ARTIFACT, help=f"default {DEFAULT_ARTIFACT}")
-    parser.add_argument("--repo", default=DEFAULT_REPO, help=f"Maven repository (mirror) URL, default {DEFAULT_REPO}")
-    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--pyproject", type=Path, default=REPO / "pyproject.toml", help="where the pins are")
+    parser.add_argument("--out", type=Path, help="output folder (default: .jars/<artifact>-<version> in the checkout)")
+    parser.add_argument("--optional", action="store_true", help="warn and exit 0 when the JARs cannot be had")
+    parser.add_argument("--print-folder", action="store_true", help="print the default output folder and exit")
     args = parser.parse_args(argv)
     try:
-        jars, provided = collect(args.repo, args.artifact, args.version)
-        args.out.mkdir(parents=True, exist_ok=True)
-        path = bundle(jars, args.out / f"{args.artifact}-{args.version}-bundle.jar")
-    except (FetchError, zipfile.BadZipFile, ElementTree.ParseError) as e:
+        artifact, version = artifact_for(args.pyproject)
+        out = args.out or REPO / ".jars" / folder_name(artifact, version)
+        if args.print_folder:
+            print(out)
+            return 0
+        if is_complete(out, artifact, version):
+            print(out)
+            return 0
+        print(f"fetching {GROUP}:{artifact}:{version} and its {GROUP} runtime JARs with mvn into {out}",
+              file=sys.stderr)
+        jars = fetch(artifact, version, out)
+    except FetchError as e:
+        if args.optional:
+            print(f"warning: {e}; LACE will read the archive with its filelist reader", file=sys.stderr)
+            return 0
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print("bundled: " + ", ".join(name for name, _ in jars))
-    if provided:
-        print("expected from Spark's own jars (not bundled): " + ", ".join(provided))
-    print(path)
+    print("fetched: " + ", ".join(j.name for j in jars), file=sys.stderr)
+    print(out)
     return 0
 
 

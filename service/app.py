@@ -110,6 +110,10 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     archive = _open_archive(settings, type_rows)
     source = None
     if archive is not None:
+        from archive.spark import reader_choice
+
+        reader, why = reader_choice()
+        log.info("archive reader: %s (%s)", reader, why)
         from archive.archived_source import LazyArchiveSource
 
         source = LazyArchiveSource(settings.archive_root, archive.buffer, spark_master=settings.spark_master)

@@ -41,3 +41,15 @@ def bench_10k() -> list:
     from bench.streams import generate_events
 
     return generate_events(10_000)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 (pytest's hook signature)
+    """One line saying how many PostgreSQL tests skipped and why (no server: ``make postgres`` starts one)."""
+    from tests.postgres import SKIP_REASON
+
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if SKIP_REASON in str(r.longrepr)]
+    if skipped:
+        terminalreporter.write_line(
+            f"{len(skipped)} PostgreSQL tests skipped: {SKIP_REASON} (`make postgres` installs and starts one)",
+            yellow=True,
+        )

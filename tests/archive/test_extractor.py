@@ -50,9 +50,9 @@ def loaded(spark, archive_root):
     writer.close(flush=False)
 
 
-def test_extract_equals_a_python_filter_for_random_keys_and_ranges(loaded, spark):
+def test_extract_equals_a_python_filter_for_random_keys_and_ranges(loaded, spark, reader_backend):
     writer, events = loaded
-    reader = ArchiveReader(writer.root, spark=spark)
+    reader = ArchiveReader(writer.root, spark=spark, backend=reader_backend)
     with_buffer = Extractor(reader, buffer=writer.buffer)
     archived_only = Extractor(reader)
     rng = random.Random(5)
@@ -65,9 +65,9 @@ def test_extract_equals_a_python_filter_for_random_keys_and_ranges(loaded, spark
         assert pairs(archived_only.extract(types, keys, ranges)) == archived
 
 
-def test_range_bounds_are_half_open_and_values_round_trip(loaded, spark):
+def test_range_bounds_are_half_open_and_values_round_trip(loaded, spark, reader_backend):
     writer, events = loaded
-    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer)
+    ex = Extractor(ArchiveReader(writer.root, spark=spark, backend=reader_backend), buffer=writer.buffer)
     e = next(e for e in events[:1_200] if e.type == "parking")
     assert pairs(ex.extract("parking", [e.attrs["key"]], [(e.ts, e.ts + 1)])) == [(e.id, "parking")]
     assert e.id not in ex.extract("parking", [e.attrs["key"]], [(e.ts - 10, e.ts)])["id"].to_pylist()
@@ -88,9 +88,9 @@ def test_events_being_flushed_are_not_returned_twice(loaded, spark):
     assert pairs(ex.extract(["traffic", "parking"], None, span)) == expected
 
 
-def test_one_extract_is_one_spark_action_whatever_the_number_of_ranges_and_types(loaded, spark):
+def test_one_extract_is_one_spark_action_whatever_the_number_of_ranges_and_types(loaded, spark, reader_backend):
     writer, _ = loaded
-    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer)
+    ex = Extractor(ArchiveReader(writer.root, spark=spark, backend=reader_backend), buffer=writer.buffer)
     sc = spark.sparkContext
     tracker = sc.statusTracker()
 
@@ -102,12 +102,17 @@ def test_one_extract_is_one_spark_action_whatever_the_number_of_ranges_and_types
             sc.setLocalProperty("spark.jobGroup.id", None)
         return len(tracker.getJobIdsForGroup(tag))
 
-    one = jobs("x-one", ["traffic"], ["s1"], [(T0_US, T0_US + DAY_US)])
     many_ranges = [(T0_US + i * 3_600_000_000, T0_US + i * 3_600_000_000 + 600_000_000) for i in range(50)]
+    # The native reader reads a table version's Delta log once (jobs of its own), then caches the snapshot.
+    ex.extract(["traffic", "parking"], KEYS, many_ranges)
+    one = jobs("x-one", ["traffic"], ["s1"], [(T0_US, T0_US + DAY_US)])
     many = jobs("x-many", ["traffic", "parking"], KEYS, many_ranges)
     # The scan + range join + collect is one job; Spark builds each broadcast request table in a small job of its own.
-    assert one <= 2
-    assert many <= 3
+    # With the Delta connector in the session a few small jobs are added per extract (Delta's snapshot step for the
+    # native reader; Delta's check of Parquet paths inside a table for the file list): measured 3/4 (native) and
+    # 5/6 (file list with the connector), 1-2/2-3 without it. None of them grows with ranges, keys or types.
+    assert one <= 5
+    assert many - one <= 1
     for request in ({"s1": [(T0_US, T0_US + 1)]}, {None: [(T0_US, T0_US + 1)]}):
         with ex.frame(list(ex.reader.types(["traffic"]).values()), request) as df:
             text = df._jdf.queryExecution().executedPlan().toString()

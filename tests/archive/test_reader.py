@@ -19,13 +19,15 @@ def spark_ids(reader: ArchiveReader, name: str, version: int) -> list[int]:
     return sorted(r.id for r in reader.scan(name, version=version).select("id").collect())
 
 
-def test_reads_return_exactly_the_rows_written_across_flushes_compaction_and_vacuum(spark, archive_root):
+def test_reads_return_exactly_the_rows_written_across_flushes_compaction_and_vacuum(
+    spark, archive_root, reader_backend
+):
     events = make_events(1_500, seed=11)
     with ArchiveWriter(archive_root, types=[TRAFFIC, PARKING], flush_rows=200) as w:
         for i in range(0, len(events), 100):
             w.append(events[i : i + 100])
-    reader = ArchiveReader(archive_root, spark=spark)
-    assert reader.backend == "filelist"
+    reader = ArchiveReader(archive_root, spark=spark, backend=reader_backend)
+    assert reader.backend == reader_backend
     expected = sorted(e.id for e in events if e.type == "traffic")
     before = reader.snapshot(["traffic"])["traffic"]
     assert spark_ids(reader, "traffic", before) == expected
@@ -45,12 +47,12 @@ def test_reads_return_exactly_the_rows_written_across_flushes_compaction_and_vac
     assert spark_ids(reader, "traffic", reader.snapshot(["traffic"])["traffic"]) == expected
 
 
-def test_a_pinned_version_gives_repeatable_reads(spark, archive_root):
+def test_a_pinned_version_gives_repeatable_reads(spark, archive_root, reader_backend):
     first, second = make_events(300, seed=12), make_events(300, seed=13, first_id=1_000)
     with ArchiveWriter(archive_root, types=[TRAFFIC, PARKING]) as w:
         w.append(first)
         w.flush()
-        reader = ArchiveReader(archive_root, spark=spark)
+        reader = ArchiveReader(archive_root, spark=spark, backend=reader_backend)
         pin = reader.snapshot()
         w.append(second)
     ex = Extractor(reader)
@@ -68,7 +70,7 @@ def test_pruning_never_drops_a_file_holding_a_matching_row(spark, archive_root):
     events.append(events[0].__class__(99, "traffic", last, {"key": "s1"}))
     with ArchiveWriter(archive_root, types=[TRAFFIC]) as w:
         w.append(events)
-    reader = ArchiveReader(archive_root, spark=spark)
+    reader = ArchiveReader(archive_root, spark=spark, backend="filelist")  # delta-rs's file list
     v = reader.snapshot()["traffic"]
     assert len(reader.files("traffic", version=v, request={None: [(last, last + 1)]})) == 1
     assert len(reader.files("traffic", version=v, request={"s1": [(last, last + 1)]})) == 1
@@ -122,10 +124,7 @@ def test_native_and_filelist_give_the_same_rows(spark, archive_root):
     from archive.spark import native_delta_available
 
     if not native_delta_available(spark):
-        pytest.skip(
-            "the Delta Spark connector is not on the classpath (set LACE_DELTA_JAR to delta-spark_4.2_2.13 4.4.x); "
-            "no reachable registry ships it here, see ARCHIVE_NOTES.md"
-        )
+        pytest.skip("the Delta Spark connector is not on the classpath (run `make delta-jars`, which needs Maven)")
     events = make_events(500, seed=15)
     with ArchiveWriter(archive_root, types=[TRAFFIC, PARKING], flush_rows=100) as w:
         w.append(events)

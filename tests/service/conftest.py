@@ -21,8 +21,9 @@ import httpx
 import pytest
 import uvicorn
 
+from tests.postgres import fresh_schema
+
 REPO = Path(__file__).resolve().parents[2]
-PG_BASE = os.environ.get("LACE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SECRET_KEY = "test-secret-key-" + "x" * 32
 
 
@@ -33,16 +34,6 @@ def free_port() -> int:
 
 
 # ---------------------------------------------------------------------------- databases
-
-
-def _pg_available() -> bool:
-    try:
-        import psycopg
-
-        with psycopg.connect(PG_BASE.replace("postgresql+psycopg", "postgresql"), connect_timeout=3):
-            return True
-    except Exception:
-        return False
 
 
 @dataclass
@@ -56,19 +47,8 @@ def make_database(kind: str, tmp: Path) -> Iterator[Database]:
     if kind == "sqlite":
         yield Database(kind, f"sqlite:///{tmp / 'lace.db'}")
         return
-    if not _pg_available():
-        pytest.skip(f"PostgreSQL not reachable at {PG_BASE}")
-    import psycopg
-
-    schema = "lace_test_" + secrets.token_hex(4)
-    plain = PG_BASE.replace("postgresql+psycopg", "postgresql")
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield Database(kind, f"{PG_BASE}?options=-csearch_path%3D{schema}")
-    finally:
-        with psycopg.connect(plain, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with fresh_schema() as url:
+        yield Database(kind, url)
 
 
 # ---------------------------------------------------------------------------- the service

@@ -4,50 +4,26 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from sqlalchemy import create_engine, text
 
 from engine.compiler import compile_query
 from engine.matcher import Matcher
 from engine.pm.store import SpilledBatch
 from service.db.pm_store import SqlPartialMatchStore
-
-PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-def _pg_available() -> bool:
-    try:
-        with create_engine(PG).connect() as c:
-            c.execute(text("select 1"))
-        return True
-    except Exception:
-        return False
+from tests.postgres import fresh_schema
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store(request, tmp_path):
     if request.param == "sqlite":
         s = SqlPartialMatchStore(f"sqlite:///{tmp_path / 'pms.sqlite'}")
-    else:
-        if not _pg_available():
-            pytest.skip("PostgreSQL is not reachable at 127.0.0.1:5432 (database test)")
-        # a schema of its own: the public schema of `test` may hold another checkout's migrations
-        schema = "lace_pms_" + uuid.uuid4().hex[:8]
-        plain = PG.replace("postgresql+psycopg", "postgresql")
-        import psycopg
-
-        with psycopg.connect(plain, autocommit=True) as conn:
-            conn.execute(f"CREATE SCHEMA {schema}")
-        s = SqlPartialMatchStore(f"{PG}?options=-csearch_path%3D{schema}")
-        request.addfinalizer(lambda: _drop(plain, schema))
-    yield s
-    s.close()
-
-
-def _drop(plain: str, schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(plain, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        yield s
+        s.close()
+        return
+    # a schema of its own: the public schema of `test` may hold another checkout's migrations
+    with fresh_schema("lace_pms_") as url:
+        s = SqlPartialMatchStore(url)
+        yield s
+        s.close()
 
 
 @pytest.mark.integration
