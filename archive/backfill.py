@@ -57,7 +57,7 @@ import pyarrow.compute as pc
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from archive.reader import ArchiveReader
+    from archive.reader import ArchiveReader, Backend
     from archive.schema import EventType
     from engine.compiler import CompiledQuery
     from engine.intervals.derive import IntervalStatement
@@ -488,6 +488,7 @@ def run_backfill(
     cancel: threading.Event | None = None,
     query_id: int | None = None,
     partitions: int | None = None,
+    reader: Backend = "auto",
 ) -> BackfillResult:
     """Evaluate a query (live, or live-and-archived) over the archive's events in ``[from_us, to_us)`` on Spark.
 
@@ -518,6 +519,8 @@ def run_backfill(
         The service's id of the query, stored with the results.
     partitions : int, optional
         Partitions of the key groups (default: ``spark.sql.shuffle.partitions``, at least 4 per task slot).
+    reader : {"auto", "native", "filelist"}
+        The archive reader (:class:`archive.reader.ArchiveReader`); ``auto``: native when the connector is there.
     poll_s : float
         Seconds between progress reports (and cancel checks).
     cancel : threading.Event, optional
@@ -560,7 +563,7 @@ def run_backfill(
     from archive.spark import get_spark
 
     spark = spark if spark is not None else get_spark()
-    reader = ArchiveReader(root, spark=spark)
+    reader = ArchiveReader(root, spark=spark, backend=reader)
     try:
         etypes = reader.types(wanted)
     except KeyError as e:

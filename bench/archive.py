@@ -1,6 +1,7 @@
 """Archive benchmark (issue 3): the whole Aarhus traffic table through the archive.
 
     python -m bench.archive [--rows N] [--batch 10000] [--lookups 50] [--root DIR] [--keep]
+    LACE_DELTA_JAR=none python -m bench.archive ...   # the filelist reader (default: native, with the connector)
 
 Measures, on this machine:
 
@@ -166,6 +167,7 @@ def main() -> None:
         tm = timings()
         print(f"spark: start {tm['start_s']:.1f} s, warm-up {tm['warm_up_s']:.1f} s", flush=True)
         extractor = Extractor(ArchiveReader(root, spark=spark))
+        print(f"archive reader: {extractor.reader.backend} (LACE_DELTA_JAR=none for filelist)", flush=True)
         reqs = requests(events, args.lookups, seed=7, width_us=int(args.width_h * HOUR_US))
         files_before = len(extractor.reader.files("traffic", version=extractor.reader.snapshot()["traffic"]))
         as_ingested = lookups(extractor, reqs, repeat=10)
@@ -190,7 +192,8 @@ def main() -> None:
         "",
         f"`python -m bench.archive{' --rows ' + str(args.rows) if args.rows else ''}` on "
         f"{datetime.now(UTC):%Y-%m-%d}, {os.cpu_count()} cores, {platform.machine()}, "
-        f"Python {platform.python_version()}, pyspark 4.2.0 local[*], deltalake 1.6.6; "
+        f"Python {platform.python_version()}, pyspark 4.2.0 local[*], deltalake 1.6.6, "
+        f"**{extractor.reader.backend}** archive reader; "
         f"load average at start {load[0]:.1f} (the machine is shared: expect ±2x).",
         f"Data: Aarhus traffic Aug-Sep 2014, {ing['events']:,} events, 449 keys; lookups: {args.lookups} random "
         f"(key, {args.width_h:g} h range) pairs.",

@@ -2,6 +2,7 @@
 
     python -m bench.backfill                 # local[2] vs local[1] vs single-process lace match
     python -m bench.backfill --rows 500000   # a prefix of the table (quick check)
+    python -m bench.backfill --masters 'local[2]' --readers native,filelist --skip-match --docs   # the two readers
 
 Steps:
 
@@ -103,13 +104,15 @@ def _iso(ts_us: int) -> str:
     return (datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ts_us)).isoformat()
 
 
-def spark_run(root: Path, lo: int, hi: int, master: str, out: Path, *, pin: bool) -> dict:
+def spark_run(root: Path, lo: int, hi: int, master: str, out: Path, *, pin: bool, reader: str = "native") -> dict:
     """One backfill in a fresh process with ``master`` (the session is started before the clock starts).
 
     With ``pin``, ``local[N]`` runs under ``taskset`` on CPUs 0..N-1, the JVM and the Python workers
     included: ``local[1]`` alone would still let the JVM's scan, shuffle and GC threads use the other core.
     """
     env = {**os.environ, "LACE_SPARK_MASTER": master}
+    if reader == "filelist":
+        env["LACE_DELTA_JAR"] = "none"  # no connector in that process: the filelist reader, as deployed without Maven
     cmd = [sys.executable, "-m", "bench.backfill", "--worker", str(root), str(lo), str(hi), str(out)]
     cores = master[len("local["):-1] if master.startswith("local[") else ""
     if pin and cores.isdigit() and int(cores) <= (os.cpu_count() or 1) and shutil.which("taskset"):
@@ -122,7 +125,7 @@ def spark_run(root: Path, lo: int, hi: int, master: str, out: Path, *, pin: bool
 
 def worker(root: str, lo: int, hi: int, out: str) -> None:
     from archive.backfill import run_backfill
-    from archive.spark import get_spark, timings
+    from archive.spark import get_spark, native_delta_available, timings
 
     t0 = time.perf_counter()
     spark = get_spark()
@@ -136,6 +139,7 @@ def worker(root: str, lo: int, hi: int, out: str) -> None:
     assert again.lines == result.lines
     print(json.dumps({
         "master": spark.sparkContext.master,
+        "reader": "native" if native_delta_available(spark) else "filelist",
         "seconds": round(result.elapsed_s, 1),
         "warm_seconds": round(again.elapsed_s, 1),
         "events": result.events_scanned,
@@ -169,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild", action="store_true", help="rebuild the cached archive and CSV")
     ap.add_argument("--no-pin", dest="pin", action="store_false",
                     help="do not pin local[N] to N CPUs with taskset (default: pinned)")
+    ap.add_argument("--readers", default="native",
+                    help="archive readers to compare, e.g. native,filelist (filelist: LACE_DELTA_JAR=none)")
     ap.add_argument("--skip-match", action="store_true", help="do not run the single-process lace match")
     ap.add_argument("--docs", action="store_true", help="also print a Markdown table")
     ap.add_argument("--worker", nargs=4, metavar=("ROOT", "LO", "HI", "OUT"), help=argparse.SUPPRESS)
@@ -181,11 +187,14 @@ def main(argv: list[str] | None = None) -> int:
     summary: dict = {"events": n, "machine": f"{platform.machine()}, {os.cpu_count()} cores", "pinned": a.pin,
                      "date": time.strftime("%Y-%m-%d"), "runs": {}}
     outputs = {}
+    readers = a.readers.split(",")
     for master in a.masters.split(","):
-        out = CACHE / f"out-{master.replace('[', '').replace(']', '')}.jsonl"
-        summary["runs"][master] = spark_run(root, lo, hi, master, out, pin=a.pin)
-        outputs[master] = out
-        print(master, summary["runs"][master], file=sys.stderr)
+        for reader in readers:
+            name = master if len(readers) == 1 else f"{master} {reader}"
+            out = CACHE / f"out-{master.replace('[', '').replace(']', '')}-{reader}.jsonl"
+            summary["runs"][name] = spark_run(root, lo, hi, master, out, pin=a.pin, reader=reader)
+            outputs[name] = out
+            print(name, summary["runs"][name], file=sys.stderr)
     if not a.skip_match:
         out = CACHE / "out-lace-match.jsonl"
         summary["runs"]["lace match"] = lace_match(csv_path, out)

@@ -95,6 +95,15 @@ for line in text.splitlines():
 assert not missing, missing
 EOF
 
+run "every build argument of the compose file is an ARG of the Dockerfile" "$py" - "$here/Dockerfile" \
+    "$here/docker-compose.yml" <<'EOF'
+import re, sys, yaml
+from pathlib import Path
+declared = set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", Path(sys.argv[1]).read_text(), re.M))
+passed = set(yaml.safe_load(open(sys.argv[2]))["services"]["lace"]["build"]["args"])
+assert passed <= declared, f"not declared in the Dockerfile: {sorted(passed - declared)}"
+EOF
+
 # ---------------------------------------------------------------- env example
 run "lace.env.example documents exactly the LACE_* variables the code reads" "$py" - "$here/lace.env.example" <<'EOF'
 import re, sys
@@ -181,46 +190,65 @@ else
     ok "lace.service leaves MemoryDenyWriteExecute= unset"
 fi
 
-# ---------------------------------------------------------------- Delta connector bundler
+# ---------------------------------------------------------------- Delta connector fetcher
+# fetch_delta_jars.py without network: everything up to the point where it would run mvn.
 run "fetch_delta_jars.py doctests" "$py" -m doctest "$here/fetch_delta_jars.py"
-run "fetch_delta_jars.py bundles from a Maven layout, verifies sha1, refuses bad input" "$py" - "$here" "$tmp/maven" <<'EOF'
-import hashlib, io, subprocess, sys, zipfile
+run "fetch_delta_jars.py --print-folder: .jars/<artifact>-<version> of the pins, where archive/spark.py looks" \
+    "$py" - "$here/fetch_delta_jars.py" <<'EOF'
+import subprocess, sys, tomllib
+from importlib import metadata
 from pathlib import Path
-from archive.spark import jar_has_delta
-here, repo = Path(sys.argv[1]), Path(sys.argv[2])
-def publish(artifact, version, entries, deps=""):
-    d = repo / "io/delta" / artifact / version
-    d.mkdir(parents=True)
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, data in entries.items():
-            z.writestr(name, data)
-    pom = (f'<project xmlns="http://maven.apache.org/POM/4.0.0"><version>{version}</version>'
-           f"<dependencies>{deps}</dependencies></project>").encode()
-    for ext, data in (("jar", buf.getvalue()), ("pom", pom)):
-        (d / f"{artifact}-{version}.{ext}").write_bytes(data)
-        (d / f"{artifact}-{version}.{ext}.sha1").write_text(hashlib.sha1(data).hexdigest() + "\n")
-svc = "META-INF/services/org.apache.spark.sql.sources.DataSourceRegister"
-publish("delta-spark_4.2_2.13", "4.4.1",
-        {"io/delta/sql/DeltaSparkSessionExtension.class": b"x", svc: b"a.Delta\n", "META-INF/X.SF": b"sig"},
-        "<dependency><groupId>io.delta</groupId><artifactId>delta-storage</artifactId>"
-        "<version>${project.version}</version></dependency>"
-        "<dependency><groupId>org.antlr</groupId><artifactId>antlr4-runtime</artifactId><version>4.13.1</version>"
-        "</dependency>")
-publish("delta-storage", "4.4.1", {"io/delta/storage/LogStore.class": b"y", svc: b"b.Other\n"})
-def fetch(*extra):
-    return subprocess.run([sys.executable, str(here / "fetch_delta_jars.py"), "--repo", repo.as_uri(),
-                           "--out", str(repo / "out"), *extra], capture_output=True, text=True)
-r = fetch("--version", "4.4.1")
-assert r.returncode == 0, r.stderr
-jar = r.stdout.strip().splitlines()[-1]
-assert jar_has_delta(jar), jar
-names = zipfile.ZipFile(jar).namelist()
-assert "io/delta/storage/LogStore.class" in names and "META-INF/X.SF" not in names, names
-assert zipfile.ZipFile(jar).read(svc).split() == [b"a.Delta", b"b.Other"]
-(repo / "io/delta/delta-storage/4.4.1/delta-storage-4.4.1.jar.sha1").write_text("0" * 40)
-assert fetch("--version", "4.4.1").returncode == 1, "a checksum mismatch was accepted"
-assert fetch("--version", "9.9.9").returncode == 1, "a missing version was accepted"
+from archive.spark import JARS_DIR, SCALA
+pins = dict(d.split("==") for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"])
+spark_minor = ".".join(pins["pyspark"].split(".")[:2])
+expected = Path.cwd() / ".jars" / f"delta-spark_{spark_minor}_2.13-{pins['delta-spark']}"
+r = subprocess.run([sys.executable, sys.argv[1], "--print-folder"], capture_output=True, text=True)
+assert r.returncode == 0 and r.stdout == f"{expected}\n" and not r.stderr, r
+spark, delta = metadata.version("pyspark"), metadata.version("delta-spark")
+default = JARS_DIR / f"delta-spark_{'.'.join(spark.split('.')[:2])}_{SCALA}-{delta}"
+assert default == expected, f"archive/spark.py looks in {default} (installed versions), the pins name {expected}"
+EOF
+run "fetch_delta_jars.py fails in one line: no delta-spark pin, no mvn on PATH (exit 1); --optional: exit 0" \
+    "$py" - "$here/fetch_delta_jars.py" "$tmp/delta" <<'EOF'
+import subprocess, sys
+from pathlib import Path
+script, tmp = sys.argv[1], Path(sys.argv[2])
+tmp.mkdir()
+def fetch(*args, path="/nonexistent"):  # the absolute interpreter path: no PATH lookup needed
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env={"PATH": path})
+nopin = tmp / "pyproject.toml"
+nopin.write_text('[project]\nname = "x"\ndependencies = ["pyspark==4.2.0", "delta-spark>=4.4"]\n')
+r = fetch("--pyproject", str(nopin), "--print-folder")
+assert r.returncode == 1 and not r.stdout, r
+assert r.stderr.startswith("error: ") and r.stderr.count("\n") == 1 and "delta-spark" in r.stderr, r.stderr
+out = tmp / "jars"
+r = fetch("--out", str(out))
+last = r.stderr.splitlines()[-1]
+assert r.returncode == 1 and not r.stdout and last.startswith("error: mvn is not on PATH"), r
+assert not out.exists(), "a failed fetch left its output folder"
+r = fetch("--out", str(out), "--optional")
+last = r.stderr.splitlines()[-1]
+assert r.returncode == 0 and not r.stdout and last.startswith("warning: mvn is not on PATH"), r
+assert "filelist reader" in last and not out.exists(), r
+EOF
+run "fetch_delta_jars.py: a folder whose .complete names the pinned artifact is done, without mvn" \
+    "$py" - "$here/fetch_delta_jars.py" "$tmp/delta-complete" <<'EOF'
+import subprocess, sys
+from pathlib import Path
+sys.path.insert(0, str(Path(sys.argv[1]).parent))
+from fetch_delta_jars import artifact_for
+artifact, version = artifact_for(Path("pyproject.toml"))
+out = Path(sys.argv[2])
+out.mkdir()
+def fetch():  # no mvn on PATH: exit 0 only when the marker is taken as complete
+    return subprocess.run([sys.executable, sys.argv[1], "--out", str(out)], capture_output=True, text=True,
+                          env={"PATH": "/nonexistent"})
+(out / ".complete").write_text(f"io.delta:{artifact}:{version}\n")
+r = fetch()
+assert r.returncode == 0 and r.stdout == f"{out}\n" and not r.stderr, r
+(out / ".complete").write_text(f"io.delta:{artifact}:0.0.1\n")
+r = fetch()
+assert r.returncode == 1 and "mvn is not on PATH" in r.stderr, f"another version's marker was taken as complete: {r}"
 EOF
 
 # ---------------------------------------------------------------- pins

@@ -116,9 +116,9 @@ def demo_archive(tmp_path_factory):
     return {"root": root, "traffic": traffic, "bars": bars, "keys": keys, "t0": t0, "b0": b0}
 
 
-def check(spark, demo, query, events, from_us, to_us, reference=live_lines):
+def check(spark, demo, query, events, from_us, to_us, reference=live_lines, reader="auto"):
     seen = []
-    result = run_backfill(demo["root"], query, from_us, to_us, spark=spark, progress=seen.append)
+    result = run_backfill(demo["root"], query, from_us, to_us, spark=spark, progress=seen.append, reader=reader)
     expected = reference(query, events, from_us, to_us)
     assert expected, "the case must have matches"
     assert result.lines == expected
@@ -129,9 +129,9 @@ def check(spark, demo, query, events, from_us, to_us, reference=live_lines):
     return result
 
 
-def test_partitioned_query_whole_range_spans_day_boundaries(spark, demo_archive):
+def test_partitioned_query_whole_range_spans_day_boundaries(spark, demo_archive, reader_backend):
     d = demo_archive
-    result = check(spark, d, SPEED_DROP, d["traffic"], d["t0"], d["t0"] + 3 * DAY_US)
+    result = check(spark, d, SPEED_DROP, d["traffic"], d["t0"], d["t0"] + 3 * DAY_US, reader=reader_backend)
     assert any(m["start"] // DAY_US != m["end"] // DAY_US for m in result.matches)
 
 
@@ -228,11 +228,12 @@ def test_cli_backfill_writes_jsonl(spark, demo_archive, tmp_path):
     assert bad.stderr.strip().startswith("error: --from")
 
 
-def test_live_and_archived_query_with_archive_key(spark, demo_archive):
+def test_live_and_archived_query_with_archive_key(spark, demo_archive, reader_backend):
     """The demo's drop-after-rebound query: JOIN a.key = x.key is an equi-join on the archive key in Spark."""
     d = demo_archive
     assert compile_live_archived(DROP_AFTER_REBOUND).key is not None
-    result = check(spark, d, DROP_AFTER_REBOUND, d["bars"], d["b0"] + DAY_US, d["b0"] + 3 * DAY_US, replay_lines)
+    lo, hi = d["b0"] + DAY_US, d["b0"] + 3 * DAY_US
+    result = check(spark, d, DROP_AFTER_REBOUND, d["bars"], lo, hi, replay_lines, reader=reader_backend)
     assert {"a", "x", "y"} <= set(result.matches[0]["events"])
 
 

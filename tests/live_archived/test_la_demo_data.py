@@ -67,7 +67,7 @@ def test_the_four_algorithms_agree_on_the_demo_data(name, query, n, expected):
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.integration
-def test_the_four_algorithms_agree_on_the_spark_archive(spark, tmp_path):
+def test_the_four_algorithms_agree_on_the_spark_archive(spark, tmp_path, reader_backend):
     from archive.archived_source import GrowingDeltaArchive
     from archive.writer import ArchiveWriter
     from cli.replay import infer_event_types
@@ -80,7 +80,8 @@ def test_the_four_algorithms_agree_on_the_spark_archive(spark, tmp_path):
         types = infer_event_types(events, "key")
         writer = ArchiveWriter(tmp_path / algorithm, types=types, flush_rows=1_000, flush_age_s=3_600, fsync=False)
         archive = GrowingDeltaArchive(writer, batch=500)
-        runner = make_runner(algorithm, plan, archive.source(spark=spark), **OPTIONS[algorithm])
+        source = archive.source(spark=spark, backend=reader_backend)
+        runner = make_runner(algorithm, plan, source, **OPTIONS[algorithm])
         try:
             got = keys(replay(events, runner, archive.append))
         finally:
