@@ -488,7 +488,7 @@ def run_backfill(
     cancel: threading.Event | None = None,
     query_id: int | None = None,
     partitions: int | None = None,
-    reader: Backend = "auto",
+    backend: Backend = "auto",
 ) -> BackfillResult:
     """Evaluate a query (live, or live-and-archived) over the archive's events in ``[from_us, to_us)`` on Spark.
 
@@ -519,7 +519,7 @@ def run_backfill(
         The service's id of the query, stored with the results.
     partitions : int, optional
         Partitions of the key groups (default: ``spark.sql.shuffle.partitions``, at least 4 per task slot).
-    reader : {"auto", "native", "filelist"}
+    backend : {"auto", "native", "filelist"}
         The archive reader (:class:`archive.reader.ArchiveReader`); ``auto``: native when the connector is there.
     poll_s : float
         Seconds between progress reports (and cancel checks).
@@ -563,7 +563,7 @@ def run_backfill(
     from archive.spark import get_spark
 
     spark = spark if spark is not None else get_spark()
-    reader = ArchiveReader(root, spark=spark, backend=reader)
+    reader = ArchiveReader(root, spark=spark, backend=backend)
     try:
         etypes = reader.types(wanted)
     except KeyError as e:

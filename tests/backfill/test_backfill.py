@@ -118,7 +118,7 @@ def demo_archive(tmp_path_factory):
 
 def check(spark, demo, query, events, from_us, to_us, reference=live_lines, reader="auto"):
     seen = []
-    result = run_backfill(demo["root"], query, from_us, to_us, spark=spark, progress=seen.append, reader=reader)
+    result = run_backfill(demo["root"], query, from_us, to_us, spark=spark, progress=seen.append, backend=reader)
     expected = reference(query, events, from_us, to_us)
     assert expected, "the case must have matches"
     assert result.lines == expected
