@@ -107,7 +107,7 @@ class Settings(BaseSettings):
     to reclaim cyclic garbage among frozen objects (replaced statements). 0: CPython's collector unchanged."""
     pm_capacity: Annotated[int | None, Field(ge=1)] = 100_000
     """Partial matches a query keeps in memory by default (``pm_capacity`` per query overrides it); beyond it
-    STPM (or TPM) spills to the database's partial-match table (001 section 5). Unset (empty): no budget."""
+    STPM (or TPM) spills to the database's partial-match table (001 section 5). Empty or ``none``: no budget."""
     pm_policy: Literal["stpm", "tpm"] = "stpm"
     """Default spilling policy of a query."""
     la_tolerance_s: Annotated[float, Field(ge=0, le=30 * 86_400)] = 60.0
@@ -144,6 +144,14 @@ class Settings(BaseSettings):
     """Accept private, shared and unique-local addresses (10/8, 172.16/12, 192.168/16, 100.64/10, fc00::/7)."""
     webhook_allow_link_local: bool = False
     """Accept link-local addresses (169.254/16 with the cloud metadata service, fe80::/10)."""
+
+    @field_validator("pm_capacity", mode="before")
+    @classmethod
+    def _no_budget(cls, value: object) -> object:
+        """``LACE_PM_CAPACITY=`` (empty) or ``none``: no partial-match budget."""
+        if isinstance(value, str) and value.strip().lower() in ("", "none"):
+            return None
+        return value
 
     @field_validator("secret_key", "bootstrap_admin_key")
     @classmethod

@@ -128,3 +128,13 @@ def test_a_float_ts_too_large_to_scale_is_out_of_range_not_an_overflow() -> None
     for raw in (-1.7976931348623157e308, 3.78e279, 1e17):
         with pytest.raises(ValueError, match="out of range"):
             parse_ts(raw)
+
+
+@pytest.mark.parametrize("value", ["", "none", "None"])
+def test_an_empty_pm_capacity_means_no_budget(value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LACE_PM_CAPACITY", value)
+    assert Settings().pm_capacity is None
+    monkeypatch.setenv("LACE_PM_CAPACITY", "0")
+    with pytest.raises(ValidationError):
+        Settings()
