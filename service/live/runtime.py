@@ -503,9 +503,10 @@ class LiveRuntime:
         return {"events": len(history), "results": dropped}
 
     def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
-        """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN or the window
-        size; ``replay_max_us`` without one), from the archive and the recent buffer, in (ts, id) order, and
-        the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
+        """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
+        operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
+        from the archive and the recent buffer, in (ts, id) order, and the query's watermark: what rebuilds its
+        state (``state=warm``, a plan switch).
 
         Raises ValueError without the archive."""
         if self.archive is None:
@@ -515,7 +516,7 @@ class LiveRuntime:
         wm = self._types_watermark(frozenset(t for t in types if t not in self.emitters))
         if not tops:
             return [], wm
-        span = getattr(lq.compiled, "window_us", None) or self.replay_max_us
+        span = getattr(lq.compiled, "state_span_us", getattr(lq.compiled, "window_us", None)) or self.replay_max_us
         since = max(tops) - min(span + lq.max_lateness_us, self.replay_max_us)
         from service.live.replay import read_tail
 
