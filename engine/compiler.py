@@ -76,6 +76,25 @@ class CompiledQuery:
         return self.ast.emit_into
 
     @property
+    def state_span_us(self) -> int | None:
+        """How far before its newest event the query's state may depend on events, int microseconds: WITHIN plus
+        what its operators remember beyond it (:func:`engine.plugins.stage.operators_history_us`; 0 without
+        operators); None when either is unbounded. A restart's replay begins this, plus the allowed lateness,
+        before the newest archived event (issue 24).
+
+        Raises
+        ------
+        PluginError
+            When an operator's ``history_us()`` misbehaves.
+        """
+        if self.window_us is None or not self.operators:
+            return self.window_us
+        from engine.plugins.stage import operators_history_us
+
+        reach = operators_history_us(self.operators)
+        return None if reach is None else self.window_us + reach
+
+    @property
     def live_types(self) -> frozenset[str]:
         """The event types whose live events the query consumes (= :attr:`stream_types`; as on a live-and-archived
         plan)."""

@@ -22,12 +22,17 @@ class Match:
         ts of the first and last event, int microseconds UTC.
     fields : dict[str, Any]
         The RETURN fields, by alias (empty when the query has no RETURN).
+    window_key : tuple | None
+        A window result's identity within its bounds (an AGGREGATE binds no events):
+        ``(group key values, (ts, id) of its first event, (ts, id) of its last event)``;
+        None for a result that binds events. Derived event ids are made from it
+        (:func:`engine.rules.derived.derived_event_id`); it is not part of equality.
 
     The engine builds ``events`` lazily from its binding (``layout`` + ``env``):
     most matches of a high-rate query are counted or serialized once.
     """
 
-    __slots__ = ("query", "start", "end", "_fields", "_events", "_layout", "_env")
+    __slots__ = ("query", "start", "end", "_fields", "_events", "_layout", "_env", "window_key")
 
     def __init__(
         self,
@@ -38,6 +43,7 @@ class Match:
         fields: dict[str, Any] | None = None,
         layout: Any = None,
         env: tuple[Any, ...] | None = None,
+        window_key: tuple[Any, ...] | None = None,
     ) -> None:
         self.query = query
         self.start = start
@@ -46,6 +52,7 @@ class Match:
         self._events = events
         self._layout = layout
         self._env = env
+        self.window_key = window_key
 
     @property
     def fields(self) -> dict[str, Any]:

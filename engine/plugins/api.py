@@ -144,6 +144,15 @@ class OperatorProtocol(Protocol):
       when they form a complete instance, else None; ``ts <= ts_end <= `` the newest child's ts;
     - ``span() -> int | None``: the longest time (microseconds) a binding may cover (None: unbounded).
 
+    Optional (issue 24):
+
+    - ``history_us() -> int | None``: how far (microseconds) before the oldest event of a query's window (its
+      WITHIN) the operator's state may still depend on events: a restart's replay rebuilds the query's state
+      from the archive and must begin that much earlier, or a binding alive at the crash starts again in
+      another place (``dedup``: its period, or an alarm it absorbed comes out as a new one). None: unbounded
+      (the replay goes back its limit, ``LACE_REPLAY_MAX_S``). Without the method: 0, nothing beyond the
+      window. :func:`engine.plugins.stage.operators_history_us` reads it.
+
     How the engine drives an operator is in :mod:`engine.plugins.stage`.
     """
 

@@ -182,7 +182,7 @@ class Dedup:
     Alert at the first event, absorb the repeats (events of the same partition key) that come less
     than ``period`` after it; the first event at or after ``first.ts + period`` alerts again.
     The composite event is the first event itself (its attributes, ``ts_start = ts_end =`` its ts),
-    emitted when it arrives.
+    emitted when it arrives. Its state (the open binding) reaches back one period: ``history_us()``.
     """
 
     name = "dedup"
@@ -209,6 +209,12 @@ class Dedup:
         return (first.ts, first.ts, first.attrs) if len(children) == 1 else None
 
     def span(self) -> int | None:
+        return self.period_us
+
+    def history_us(self) -> int | None:
+        """A binding alive now started less than a period ago: a replay must begin a period earlier. (Exact when
+        the alarms of a key pause for a period at least once in it; repeats that never pause for a period chain
+        bindings further back, and a replay that starts inside such a chain may place them otherwise.)"""
         return self.period_us
 
 

@@ -20,6 +20,9 @@ any event (``v.ts`` is the completion time, ``v.ts_start`` the first child's tim
 
 A plug-in that raises, returns a non-bool from ``accepts`` or a wrong shape from ``compose`` raises
 :class:`engine.plugins.api.PluginError` naming it.
+
+How far back an operator's state reaches beyond the query's window (its optional ``history_us()``, 0 without
+it) is read by :func:`operators_history_us`: a restart's replay begins that much earlier (issue 24).
 """
 from __future__ import annotations
 
@@ -54,6 +57,19 @@ class _Use:
 
     def _error(self, reason: str) -> PluginError:
         return PluginError("operator", self.name, self.source, reason)
+
+    def history_us(self) -> int | None:
+        """The operator's declared ``history_us()`` (0 when it declares none; None: unbounded)."""
+        declared = getattr(self.op, "history_us", None)
+        if declared is None:
+            return 0
+        try:
+            reach = declared()
+        except Exception as err:
+            raise self._error(f"history_us() raised {type(err).__name__}: {err}") from err
+        if reach is not None and (isinstance(reach, bool) or not isinstance(reach, int) or reach < 0):
+            raise self._error(f"history_us() must return int microseconds >= 0 or None, not {reach!r}")
+        return reach
 
     def _accepts(self, binding: Sequence[Event], e: Event) -> bool:
         try:
@@ -95,6 +111,26 @@ class _Use:
             raise self._error(f"compose() returned ts={ts!r}, ts_end={ts_end!r}; need ints with ts <= ts_end <= {e.ts}")
         state[1] = True
         return Event(e.id, self.derived, e.ts, {**attrs, **key_attrs, "ts_start": ts, "ts_end": ts_end})
+
+
+def operators_history_us(uses: Sequence[OperatorUse]) -> int | None:
+    """How far (int microseconds) before a query's window its operators' state may depend on events: the largest
+    ``history_us()`` of ``uses`` (an operator without the method: 0; no operator: 0), None when one is unbounded.
+
+    Raises
+    ------
+    PluginError
+        When an operator's factory raises or ``history_us()`` misbehaves.
+    KeyError
+        For an operator that is not installed.
+    """
+    reach = 0
+    for use in uses:
+        r = _Use(use).history_us()
+        if r is None:
+            return None
+        reach = max(reach, r)
+    return reach
 
 
 class OperatorStage:

@@ -24,7 +24,9 @@ window operator; for a pattern, the watermark it consumed, less its window when 
 negation, whose matches are emitted when the window closes). Nodes are settled in topological order, so
 one pass propagates a watermark through every layer. Cycles are refused when a statement is added.
 
-Timestamps are int microseconds UTC; event ids of derived events come from ``next_id``.
+Timestamps are int microseconds UTC. A derived event's id is a hash of the emitting statement's identity and
+version and of the result's inputs (:func:`engine.rules.derived.derived_event_id`), so the same input through the
+same statement derives the same events, with the same ids, in any process (a restart's replay, issue 24).
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from engine.lql.checks import read_types
 from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.plugins.api import PluginError
-from engine.rules.derived import derived_event
+from engine.rules.derived import derived_event, derived_event_id
 from engine.rules.filters import CompiledFilter
 
 NEVER = -(1 << 63)
@@ -86,7 +88,8 @@ class Node:
 
     ``reads``: the event types it reads; ``emit_into``: its derived type (None: it ends in results);
     ``buffered``: whether its input goes through the (ts, id)-ordered inbox (it reads a derived type);
-    ``consumed``: the input watermark it has been advanced to.
+    ``consumed``: the input watermark it has been advanced to; ``identity`` and ``version``: what its derived
+    events' ids are made from (:func:`engine.rules.derived.derived_event_id`).
     """
 
     name: str
@@ -94,6 +97,8 @@ class Node:
     detector: Any
     reads: frozenset[str]
     emit_into: str | None
+    identity: str = ""
+    version: int = 1
     negation_slack_us: int = 0
     buffered: bool = False
     consumed: int = NEVER
@@ -126,8 +131,6 @@ class RuleGraph:
     ----------
     factory : callable, optional
         Compiled statement -> detector (default :func:`default_factory`).
-    next_id : callable, optional
-        Allocates the id of each derived event (default: a counter from 2**62, above any file's ids).
     allowed_lateness_us : int
         How far behind the newest ingested event an event may arrive (ingested types; int microseconds):
         the graph's watermark when none is given to :meth:`advance` is ``newest ts - lateness - 1``.
@@ -151,14 +154,12 @@ class RuleGraph:
         self,
         *,
         factory: Factory | None = None,
-        next_id: Callable[[], int] | None = None,
         allowed_lateness_us: int = 0,
         router: Any = None,
         auto_advance: bool = True,
         measure_cpu: bool = False,
     ) -> None:
         self.factory = factory or (lambda statement: default_factory(statement, allowed_lateness_us))
-        self.next_id = next_id or itertools.count(1 << 62).__next__
         self.lateness = int(allowed_lateness_us)
         self.router = router
         self.index_min = 4
@@ -211,8 +212,14 @@ class RuleGraph:
         """Every statement's name: filters, then nodes in topological order."""
         return [*self.filter_names, *(n.name for n in self._order)]
 
-    def add(self, name: str, statement: Any, detector: Any = None) -> None:
+    def add(
+        self, name: str, statement: Any, detector: Any = None, *, version: int = 1, identity: str | None = None
+    ) -> None:
         """Add a compiled statement (from :func:`engine.detector.compile_statement`) under ``name``.
+
+        ``identity`` (default ``name``) and ``version`` name the statement in the ids of its derived events
+        (:func:`engine.rules.derived.derived_event_id`): give the same ones when the same statement is added again
+        (after a restart) and other ones for a changed statement.
 
         Raises
         ------
@@ -240,6 +247,8 @@ class RuleGraph:
             detector if detector is not None else self.factory(statement),
             reads,
             emit,
+            identity=name if identity is None else identity,
+            version=version,
             negation_slack_us=_negation_slack(statement),
         )
         self.nodes[name] = node
@@ -619,7 +628,7 @@ class RuleGraph:
                 return
         tree = statement_ast(node.statement)
         for m in matches:
-            event = derived_event(tree, m, self.next_id())
+            event = derived_event(tree, m, derived_event_id(node.identity, node.version, m))
             if self.keep_derived:
                 self._derived_out.append((node.name, event))
             reason = self.filter(event)

@@ -26,9 +26,10 @@ section 8; in short (timestamps are int microseconds UTC):
   numbered from the group's first event).
 - **Results**: one :class:`~engine.match.Match` per (window, group) that passes HAVING: ``query`` = NAME,
   ``start`` = window start, ``end`` = window end (exclusive), ``fields`` = RETURN fields plus ``window_end``
-  (:data:`engine.rules.derived.WINDOW_END`), ``events`` = ``{}``. The results one call returns are ordered by
-  (window start, the (ts, id) of the group's first event in the window): the processing order, independent of
-  the arrival order within the allowed lateness.
+  (:data:`engine.rules.derived.WINDOW_END`), ``events`` = ``{}``, ``window_key`` = (group key, (ts, id) of the
+  first and of the last event in the window; the id of its derived event is made from it). The results one call
+  returns are ordered by (window start, the (ts, id) of the group's first event in the window): the processing
+  order, independent of the arrival order within the allowed lateness.
 - **Aggregates** over the variable (as over a Kleene variable, docs/semantics.md section 5): ``count(v)`` the
   events; ``sum``/``avg``/``min``/``max`` skip missing values (None when there is none); ``first``/``last``
   the value of the first/last event by (ts, id). A sum of ints is the exact int; a sum with a float is the
@@ -331,7 +332,7 @@ class _Plan:
             return None
         fields = {alias: fn(values, key, None) for alias, fn in self.returns}
         fields[WINDOW_END] = end
-        return Match(name, {}, start, end, fields)
+        return Match(name, {}, start, end, fields, window_key=(key, p.first, p.last))
 
 
 def _collect(expr: ast.Expr, out: list[ast.Aggregate]) -> None:

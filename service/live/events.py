@@ -21,6 +21,7 @@ import orjson
 
 from engine.events import MAX_TS_US, MIN_TS_US
 from engine.io import parse_iso_us
+from engine.rules.derived import DERIVED_ID_MIN
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
@@ -257,8 +258,8 @@ def validate_event(
     elif "ts_end" in raw:
         raise EventInvalid("ts_end", f"type {spec.name} is a point type (register it with \"interval\": true)")
     eid = raw.get("id")
-    if eid is not None and (type(eid) is not int or not 0 <= eid <= INT64_MAX):
-        raise EventInvalid("id", "must be an integer in [0, 2^63)")
+    if eid is not None and (type(eid) is not int or not 0 <= eid < DERIVED_ID_MIN):
+        raise EventInvalid("id", "must be an integer in [0, 2^62) (ids from 2^62 on are those of derived events)")
     attrs = raw.get("attrs")
     if attrs is None:  # flat form: the attributes are the other keys
         attrs, prefix = raw, ""

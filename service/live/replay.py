@@ -90,7 +90,8 @@ def replay_start_us(
     """Earliest ts the replay must read so that no partial match alive at the crash is lost.
 
     Per query, from the newest archived ts of its own types (``tops``: type -> ts): a live-only query
-    needs its WITHIN plus lateness; a live-and-archived query also the live instances still waiting
+    needs its WITHIN plus lateness, plus how far back its operators' state reaches
+    (``CompiledQuery.state_span_us``, issue 24); a live-and-archived query also the live instances still waiting
     for the archive: its live span, lateness and ``T_L``, and at least back to its recorded
     ``resume_from_us`` (``resume``: query id -> ts). Never more than ``replay_max_us`` per query.
     """
@@ -103,8 +104,8 @@ def replay_start_us(
         if isinstance(c, LiveArchivedPlan):
             span = c.live_span_us
             w = None if span is None else span + (lq.options.tolerance_us or 0)
-        else:
-            w = c.window_us
+        else:  # a pattern's WITHIN plus what its operators remember (dedup: its period); a window's size
+            w = getattr(c, "state_span_us", c.window_us)
         back = replay_max_us if w is None else min(w + lq.max_lateness_us, replay_max_us)
         start = newest - back
         if lq.id in resume:

@@ -55,6 +55,7 @@ from engine.live_archived.source import ArchiveSource
 from engine.match import Match
 from engine.options import Algorithm, PmPolicy
 from engine.pm.store import PartialMatchStore
+from engine.rules.derived import DERIVED_ID_MIN
 from engine.rules.filters import CompiledFilter
 from engine.rules.graph import RuleGraph
 from engine.rules.index import RuleIndex
@@ -277,7 +278,7 @@ class LiveRuntime:
         self.recent_ids: OrderedDict[int, bytes] = OrderedDict()
         """The last ``dedup_window`` producer ids -> digest of the event's content."""
         self.on_deliveries: Callable[[], None] | None = None
-        self.graph = RuleGraph(auto_advance=False, measure_cpu=True, next_id=self._next_id, router=RuleIndex())
+        self.graph = RuleGraph(auto_advance=False, measure_cpu=True, router=RuleIndex())
         """Every statement but the live-and-archived ones: filters first, derived streams between (003)."""
         self.graph.time_budget_s = self.limits.max_match_s
         self.graph.budget_note = (
@@ -390,7 +391,7 @@ class LiveRuntime:
                 version=version,
             )
             if worker is None:
-                self.graph.add(str(query_id), compiled, detector)
+                self.graph.add(str(query_id), compiled, detector, version=version)  # derived ids: (id, version)
                 lq.node = self.graph.nodes.get(str(query_id))
             emit = compiled.emit_into
             if emit is not None:
@@ -502,9 +503,10 @@ class LiveRuntime:
         return {"events": len(history), "results": dropped}
 
     def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
-        """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN or the window
-        size; ``replay_max_us`` without one), from the archive and the recent buffer, in (ts, id) order, and
-        the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
+        """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
+        operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
+        from the archive and the recent buffer, in (ts, id) order, and the query's watermark: what rebuilds its
+        state (``state=warm``, a plan switch).
 
         Raises ValueError without the archive."""
         if self.archive is None:
@@ -514,7 +516,7 @@ class LiveRuntime:
         wm = self._types_watermark(frozenset(t for t in types if t not in self.emitters))
         if not tops:
             return [], wm
-        span = getattr(lq.compiled, "window_us", None) or self.replay_max_us
+        span = getattr(lq.compiled, "state_span_us", getattr(lq.compiled, "window_us", None)) or self.replay_max_us
         since = max(tops) - min(span + lq.max_lateness_us, self.replay_max_us)
         from service.live.replay import read_tail
 
@@ -991,8 +993,9 @@ class LiveRuntime:
                     self.type_max[e.type] = e.ts_end
                 self.type_wall[e.type] = wall
                 attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
-                self.recent_ids[e.id] = content_digest(e.type, e.ts, attrs)
-                self._last_id = max(self._last_id, e.id)
+                if e.id < DERIVED_ID_MIN:  # an ingested event (derived ids are hashes from 2^62 on)
+                    self.recent_ids[e.id] = content_digest(e.type, e.ts, attrs)
+                    self._last_id = max(self._last_id, e.id)
                 if e.type in self.emitters:
                     continue  # a derived event: the statements derive it again from what they replay
                 graph_wanted = False

@@ -16,7 +16,7 @@ from engine.lql.errors import QueryError
 from engine.lql.parser import parse_script
 from engine.match import Match
 from engine.matcher import Matcher
-from engine.rules.derived import derived_event
+from engine.rules.derived import derived_event, derived_event_id
 from engine.rules.graph import RuleGraph
 
 S = 1_000_000
@@ -84,12 +84,11 @@ def _offline(text: str, events: list[Event]) -> list[tuple[str, tuple]]:
     kept = [e for e in events if filt.check(e) is None]
     capture = Matcher(compile_statement(queries["high"]))
     derived = []
-    next_id = iter(range(1 << 62, 1 << 63))
-    for e in kept:
+    for e in kept:  # a derived event's id is a hash of the statement (NAME, version 1) and its inputs
         for m in capture.push(e):
-            derived.append(derived_event(queries["high"], m, next(next_id)))
+            derived.append(derived_event(queries["high"], m, derived_event_id("high", 1, m)))
     for m in capture.flush():
-        derived.append(derived_event(queries["high"], m, next(next_id)))
+        derived.append(derived_event(queries["high"], m, derived_event_id("high", 1, m)))
     merged = sorted(kept + derived, key=lambda e: (e.ts, e.id))
     out = []
     for name in ("rise", "high_then_low"):

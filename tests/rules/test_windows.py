@@ -77,6 +77,15 @@ def _evaluate(query: ast.AggregateQuery, events: list[Event], key: tuple[Any, ..
 
 def oracle(query: ast.AggregateQuery, accepted: list[Event]) -> list[tuple[int, int, tuple[int, int], dict[str, Any]]]:
     """(start, end, first (ts, id) of the group in the window, fields) of every result, in (start, first) order."""
+    cells = oracle_cells(query, accepted)
+    return [(start, end, (evs[0].ts, evs[0].id), fields) for start, end, _, evs, fields in cells]
+
+
+def oracle_cells(
+    query: ast.AggregateQuery, accepted: list[Event]
+) -> list[tuple[int, int, tuple[Any, ...], list[Event], dict[str, Any]]]:
+    """(start, end, group key, the group's events in the window in (ts, id) order, fields) of every result, in
+    (start, first event) order."""
     where = compile_bool(query.where, single_event_resolver(query.var)) if query.where is not None else None
     events = sorted((e for e in accepted if where is None or where(e, None, None)), key=lambda e: (e.ts, e.id))
     w = query.window
@@ -102,8 +111,8 @@ def oracle(query: ast.AggregateQuery, accepted: list[Event]) -> list[tuple[int, 
         fields = _evaluate(query, evs, key)
         if fields is not None:
             fields[WINDOW_END] = end
-            out.append((start, end, (evs[0].ts, evs[0].id), fields))
-    out.sort(key=lambda r: (r[0], r[2]))
+            out.append((start, end, key, evs, fields))
+    out.sort(key=lambda r: (r[0], (r[3][0].ts, r[3][0].id)))
     return out
 
 
@@ -387,7 +396,7 @@ def test_segment_load_feeds_a_pattern_in_the_rule_graph() -> None:
     from engine.detector import compile_statement
     from engine.lql.parser import parse_script
     from engine.matcher import Matcher
-    from engine.rules.derived import derived_event
+    from engine.rules.derived import derived_event, derived_event_id
     from engine.rules.graph import RuleGraph
 
     text = SEGMENT_LOAD + """;
@@ -402,12 +411,13 @@ PARTITION BY segment WITHIN 1 hour STRATEGY skip_till_next_match"""
         graph.add(q.name or "q", compile_statement(q))
     live = [r for e in events for r in graph.push(e)] + graph.flush()
     load, spreads = statements
-    ids = iter(range(1 << 62, 1 << 63))
-    derived = [
-        derived_event(load, Match("segment_load", {}, s, e, f), next(ids)) for s, e, _, f in oracle(load, events)
-    ]
+    derived = []
+    for s, e, key, evs, f in oracle_cells(load, events):  # ids: (NAME, version 1, bounds, group, first, last)
+        m = Match("segment_load", {}, s, e, f, window_key=(key, (evs[0].ts, evs[0].id), (evs[-1].ts, evs[-1].id)))
+        derived.append(derived_event(load, m, derived_event_id("segment_load", 1, m)))
+    in_order = sorted(derived, key=lambda d: (d.ts, d.id))  # the reader's order: (ts, id)
     matcher = Matcher(compile_statement(spreads))
-    offline = [m for d in derived for m in matcher.push(d)] + matcher.flush()
+    offline = [m for d in in_order for m in matcher.push(d)] + matcher.flush()
 
     def key(m: Match) -> tuple[Any, ...]:
         return (m.start, m.end, sorted(m.ids().items()))
