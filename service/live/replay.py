@@ -4,7 +4,8 @@ When the archive writer opens, its WAL is replayed into Delta, so every acknowle
 is in a Delta table. A partial match alive at the crash started at most ``window +
 lateness`` before the newest archived event; the replay therefore starts at ``max ts -
 max(window + lateness)`` over the active queries (``replay_max_s`` for a query without
-WITHIN) and feeds the events, in (ts, id) order, to the queries that saw them live
+WITHIN) and feeds the events, in the matcher's (ts_end, id) order (ts_end = ts for a point event; an
+interval type's events are read with their ts_end), to the queries that saw them live
 (``ingested_at > active_since``). Alerts found again are de-duplicated.
 
 Reads use delta-rs directly (pyarrow dataset with partition and ts pruning), not Spark:
@@ -39,7 +40,10 @@ def _table_uri(root: Path, name: str) -> str | None:
 
 
 def archived_max_ts(root: Path, names: list[str]) -> int | None:
-    """The newest archived ts over ``names``, int microseconds (from Delta file statistics)."""
+    """The newest archived event time over ``names``, int microseconds (from Delta file statistics).
+
+    An event's time is its ``ts_end`` in an interval type's table (its watermark runs on the end) and its
+    ``ts`` otherwise."""
     from deltalake import DeltaTable
 
     best: int | None = None
@@ -48,9 +52,10 @@ def archived_max_ts(root: Path, names: list[str]) -> int | None:
         if uri is None:
             continue
         acts = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
-        if acts.num_rows == 0 or "max.ts" not in acts.column_names:
+        column = "max.ts_end" if "max.ts_end" in acts.column_names else "max.ts"
+        if acts.num_rows == 0 or column not in acts.column_names:
             continue
-        top = pc.max(acts.column("max.ts").cast(pa.int64())).as_py()
+        top = pc.max(acts.column(column).cast(pa.int64())).as_py()
         if top is not None:
             top += STATS_SLACK_US
             best = top if best is None else max(best, top)
@@ -58,28 +63,38 @@ def archived_max_ts(root: Path, names: list[str]) -> int | None:
 
 
 def read_tail(root: Path, spec: TypeSpec, since_us: int) -> list[tuple[tuple[int, int], Event, int]]:
-    """Archived events of ``spec`` with ``ts >= since_us``: ``((ts, id), event, ingested_at_us)``, sorted."""
+    """Archived events of ``spec`` that end at or after ``since_us`` (int microseconds UTC):
+    ``((ts_end, id), event, ingested_at_us)``, sorted in the matcher's order.
+
+    A point event ends at its ``ts``; an event of an interval type carries its ``ts_end`` (its ``ts`` may
+    lie before ``since_us``: the type's ``max_duration_us`` bounds how far, else every date is read).
+    """
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
     uri = _table_uri(root, spec.name)
     if uri is None:
         return []
-    day = datetime.fromtimestamp(since_us / 1e6, tz=UTC).strftime("%Y-%m-%d")
     ds = DeltaTable(uri).to_pyarrow_dataset()
+    interval = spec.interval and "ts_end" in ds.schema.names
+    end = "ts_end" if interval else "ts"
+    flt = pds.field(end) >= pa.scalar(since_us, TS_TYPE)
+    first = since_us - (spec.max_duration_us or 0) if interval else since_us
+    if not interval or spec.max_duration_us is not None:  # the date partition is the UTC date of ts
+        flt &= pds.field("date") >= datetime.fromtimestamp(first / 1e6, tz=UTC).strftime("%Y-%m-%d")
     attrs = [a for a in spec.attributes if a in ds.schema.names]
-    flt = (pds.field("date") >= day) & (pds.field("ts") >= pa.scalar(since_us, TS_TYPE))
-    table = ds.to_table(columns=["id", "ts", "ingested_at", *attrs], filter=flt)
+    table = ds.to_table(columns=["id", "ts", *(["ts_end"] if interval else []), "ingested_at", *attrs], filter=flt)
     cols: dict[str, list[object]] = {}
     for name in table.column_names:
         col = table.column(name)
         cols[name] = (col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col).to_pylist()
     out = []
     ids, tss, ing = cols["id"], cols["ts"], cols["ingested_at"]
+    ends = cols["ts_end"] if interval else tss
     for i in range(table.num_rows):
         values = {a: cols[a][i] for a in attrs if cols[a][i] is not None}
-        ev = Event(ids[i], spec.name, tss[i], values)  # type: ignore[arg-type]
-        out.append(((tss[i], ids[i]), ev, ing[i]))
+        ev = Event(ids[i], spec.name, tss[i], values, ends[i])  # type: ignore[arg-type]
+        out.append(((ends[i], ids[i]), ev, ing[i]))
     out.sort(key=lambda r: r[0])
     return out  # type: ignore[return-value]
 

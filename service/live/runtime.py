@@ -503,7 +503,8 @@ class LiveRuntime:
 
     def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
         """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN or the window
-        size; ``replay_max_us`` without one), from the archive and the recent buffer, in (ts, id) order, and
+        size; ``replay_max_us`` without one), from the archive and the recent buffer, in the matcher's
+        (ts_end, id) order (an interval event counts by its end), and
         the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
 
         Raises ValueError without the archive."""
@@ -526,9 +527,9 @@ class LiveRuntime:
             for _, e, _ in read_tail(self.archive.root, spec, since):
                 seen[e.id] = e
         for e in self.archive.buffer.events([t for t in types if t in self.types]):
-            if e.ts >= since:
+            if e.ts_end >= since:
                 seen.setdefault(e.id, e)
-        return sorted(seen.values(), key=lambda e: (e.ts, e.id)), wm
+        return sorted(seen.values(), key=Event.order_key), wm
 
     def _pattern_detector(self, query_id: int, compiled: CompiledQuery, opts: RunOptions) -> Detector:
         """A live pattern query's matcher in the service: chain storage, its types' lateness, its budget
@@ -974,7 +975,7 @@ class LiveRuntime:
     # ------------------------------------------------------------------ restart replay
 
     def replay(self, rows: Iterable[tuple[Event, int]]) -> tuple[int, int]:
-        """Feed archived ``(event, ingested_at_us)`` rows, in (ts, id) order, to the queries that saw them live.
+        """Feed archived ``(event, ingested_at_us)`` rows, in (ts_end, id) order, to the queries that saw them live.
 
         Alerts found again are de-duplicated by (query, event ids). Returns
         ``(events replayed, new alerts)``.
