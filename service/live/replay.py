@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan
 from service.live.events import TypeSpec
-from service.live.runtime import LiveRuntime
+from service.live.runtime import LiveQuery, LiveRuntime
 
 log = logging.getLogger(__name__)
 TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -106,8 +106,14 @@ def replay_start_us(
 
     Per query, from the newest archived ts of its own types (``tops``: type -> ts): a live-only query
     needs its WITHIN plus lateness; a live-and-archived query also the live instances still waiting
-    for the archive: its live span, lateness and ``T_L``, and at least back to its recorded
-    ``resume_from_us`` (``resume``: query id -> ts). Never more than ``replay_max_us`` per query.
+    for the archive: its live span, lateness and ``T_L``, and back to its recorded ``resume_from_us``
+    (``resume``: query id -> ts), however far that is: a recorded resume point is never cut
+    (issue 24 item 3: a 30-day event-time jump lost every pending result). Without a resume point,
+    a query's need is capped at ``replay_max_us``; the cap is an explicit loss: logged as a warning
+    with the query and the event time cut, recorded on the query (``LiveQuery.replay_cut_us``, its
+    ``stats`` show ``replay_cut_ms``) and counted in ``lace_replay_cut_total`` /
+    ``lace_replay_cut_seconds_total``. A query without WITHIN (unbounded state) counts how far back the
+    replay went as cut.
     """
     since: int | None = None
     for lq in runtime.queries.values():
@@ -120,12 +126,35 @@ def replay_start_us(
             w = None if span is None else span + (lq.options.tolerance_us or 0)
         else:
             w = c.window_us
-        back = replay_max_us if w is None else min(w + lq.max_lateness_us, replay_max_us)
-        start = newest - back
+        need = None if w is None else w + lq.max_lateness_us
+        start = newest - (replay_max_us if need is None else min(need, replay_max_us))
         if lq.id in resume:
-            start = max(min(start, resume[lq.id]), newest - replay_max_us)
+            start = min(start, resume[lq.id])  # never cut: the replay goes back to the recorded resume point
+        if need is None:
+            _cut(runtime, lq, newest - start, True)
+        elif need > newest - start:
+            _cut(runtime, lq, need - (newest - start), False)
         since = start if since is None else min(since, start)
     return (since if since is not None else max(tops.values(), default=0)) - STATS_SLACK_US
+
+
+def _cut(runtime: LiveRuntime, lq: LiveQuery, cut_us: int, unbounded: bool) -> None:
+    """Record that the replay limit cut ``cut_us`` of ``lq``'s state: warning, stats, metrics."""
+    lq.replay_cut_us = cut_us
+    runtime.metrics.replay_cut.labels(lq.name).inc()
+    runtime.metrics.replay_cut_seconds.labels(lq.name).inc(cut_us / 1e6)
+    if unbounded:
+        log.warning(
+            "query %s (%d): the restart replay goes back only %d s (LACE_REPLAY_MAX_S, or its recorded resume point) "
+            "because the query has no WITHIN; partial matches that started earlier are lost",
+            lq.name, lq.id, cut_us // 1_000_000,
+        )
+    else:
+        log.warning(
+            "query %s (%d): the restart replay stops LACE_REPLAY_MAX_S back; its WITHIN + lateness reaches %d s "
+            "further: partial matches that started in those %d s are lost",
+            lq.name, lq.id, cut_us // 1_000_000, cut_us // 1_000_000,
+        )
 
 
 def rebuild(

@@ -130,6 +130,9 @@ class LiveQuery:
     saved: dict[str, Any] | None = None
     """What the last checkpoint wrote to its row (not written again while unchanged)."""
     version: int = 1
+    replay_cut_us: int | None = None
+    """How much event time the restart replay did not go back over for this query because of
+    ``LACE_REPLAY_MAX_S`` (None: not cut); partial matches that started earlier were lost."""
     failed: str | None = None
     """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
     until it is updated or the service restarts, and the other queries go on."""
@@ -166,7 +169,7 @@ class LiveQuery:
     def stats(self) -> dict[str, Any]:
         """The detector's counters (a live-and-archived query's include the worker's)."""
         if self.worker is not None:
-            return self.worker.stats()
+            return self._with_cut(self.worker.stats())
         if isinstance(self.compiled, CompiledFilter):
             f = self.compiled.stats()
             return {"events": f["kept"] + f["dropped"], "late": 0, "emitted": f["dropped"], "filter": f, "cpu_s": 0.0}
@@ -177,6 +180,11 @@ class LiveQuery:
             d["results"] = self.node.results
         if self.failed is not None:
             d["failed"] = self.failed
+        return self._with_cut(d)
+
+    def _with_cut(self, d: dict[str, Any]) -> dict[str, Any]:
+        if self.replay_cut_us is not None:
+            d["replay_cut_ms"] = self.replay_cut_us / 1_000
         return d
 
 
