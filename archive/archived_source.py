@@ -184,13 +184,14 @@ class SparkArchiveSource:
 def keep_requested(
     events: list[Event], request: Mapping[Hashable, Sequence[Range]], key_attr: str | None
 ) -> list[Event]:
-    """The ``events`` whose ``key_attr`` value is a key of ``request`` and whose ts is in its ranges."""
+    """The ``events`` whose ``key_attr`` value is a key of ``request`` and whose end (``ts_end``; ``ts`` of a
+    point event) is in its ranges."""
     return [e for e in events if _in(e, request, key_attr)]
 
 
 def _in(event: Event, request: Mapping[Hashable, Sequence[Range]], key_attr: str | None) -> bool:
     rs = request.get(event.get(key_attr)) if key_attr is not None else None
-    return rs is not None and any(lo <= event.ts < hi for lo, hi in rs)
+    return rs is not None and any(lo <= event.ts_end < hi for lo, hi in rs)  # by end, as extract selects
 
 
 class GrowingDeltaArchive:

@@ -146,7 +146,8 @@ class RecentBuffer:
 
 
 def _mask(etype: EventType, table: pa.Table, request: Mapping[Hashable, list[tuple[int, int]]]) -> np.ndarray:
-    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    """Rows of ``table`` in ``request``: by key and by end (``ts_end`` of an interval type, else ``ts``)."""
+    ts = table.column("ts_end" if etype.interval else "ts").cast(pa.int64()).to_numpy()
     if None in request:
         return in_ranges(ts, request[None])
     if etype.key is None:

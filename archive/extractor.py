@@ -61,7 +61,8 @@ class Extractor:
         version: int | dict[str, int] | None = None,
         include_recent: bool | None = None,
     ) -> pa.Table:
-        """Events of ``types`` whose key is in ``keys`` and whose ts lies in ``ranges``.
+        """Events of ``types`` whose key is in ``keys`` and whose end lies in ``ranges`` (``ts_end`` of an
+        interval type, ``ts`` of a point type: the matcher's order, issue 24 item 4).
 
         Parameters
         ----------
@@ -147,8 +148,12 @@ class Extractor:
 def _type_sql(
     etype: EventType, view: str, request: Request, out: pa.Schema, present: set[str], *, with_key: bool
 ) -> str:
-    """SELECT of one type's events in ``request``: a broadcast range join with an inline table of (key, lo, hi)."""
+    """SELECT of one type's events in ``request``: a broadcast range join with an inline table of (key, lo, hi).
+
+    An event is in a range when its end is (``ts_end`` of an interval type, else ``ts``), as
+    :meth:`engine.live_archived.source.ArchiveSource.extract` says."""
     keyed = None not in request
+    end = "t.ts_end" if etype.interval else "t.ts"  # requests select events by their end (the matcher's order)
     cols = ["t.id", f"'{etype.name}' AS type", "unix_micros(t.ts) AS ts"]
     for f in out:
         if f.name in ("id", "type", "ts"):
@@ -170,16 +175,16 @@ def _type_sql(
         rows = [f"({_literal(k, kind, etype)}, {lo}L, {hi}L)" for k, rs in request.items() for lo, hi in rs]
         req = "SELECT col1 AS k, timestamp_micros(col2) AS lo, timestamp_micros(col3) AS hi FROM VALUES "
         req += ", ".join(rows)
-        on = f"t.`{etype.key}` = r.k AND t.ts >= r.lo AND t.ts < r.hi"
+        on = f"t.`{etype.key}` = r.k AND {end} >= r.lo AND {end} < r.hi"
         where = f"t.`{etype.key}` IN ({', '.join(_literal(k, kind, etype) for k in request)})"
     else:
         rows = [f"({lo}L, {hi}L)" for lo, hi in request[None]]
         req = "SELECT timestamp_micros(col1) AS lo, timestamp_micros(col2) AS hi FROM VALUES " + ", ".join(rows)
-        on = "t.ts >= r.lo AND t.ts < r.hi"
+        on = f"{end} >= r.lo AND {end} < r.hi"
         where = "TRUE"
     span = hull(request)
     if span is not None:  # coarse bounds Parquet can push down to row groups; the join is exact
-        where += f" AND t.ts >= timestamp_micros({span[0]}L) AND t.ts < timestamp_micros({span[1]}L)"
+        where += f" AND {end} >= timestamp_micros({span[0]}L) AND t.ts < timestamp_micros({span[1]}L)"
     return f"SELECT /*+ BROADCAST(r) */ {', '.join(cols)} FROM {view} t JOIN ({req}) r ON {on} WHERE {where}"
 
 

@@ -43,6 +43,7 @@ from service.core.metrics import Metrics
 from service.core.security import hash_api_key
 from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
 from service.db.session import make_engine, make_session_factory
+from service.event_type import archive_type, type_spec
 from service.gc_policy import GcPolicy
 from service.live.runtime import LiveRuntime, RunOptions
 from service.maintenance_job import MaintenanceJob
@@ -74,12 +75,11 @@ def _bootstrap_key(sessions: sessionmaker[Session], settings: Settings) -> None:
 def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
     if not settings.archive_enabled:
         return None
-    from archive.schema import EventType
     from archive.writer import ArchiveWriter
 
     writer = ArchiveWriter(
         settings.archive_root,
-        types=[EventType(r.name, dict(r.attributes), r.partition_key) for r in rows],  # type: ignore[arg-type]
+        types=[archive_type(r) for r in rows],
         flush_rows=settings.archive_flush_rows,
         flush_age_s=settings.archive_flush_age_s,
         fsync=settings.archive_fsync,
@@ -144,7 +144,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         ),
     )
     for row in type_rows:
-        runtime.set_type(event_types.spec_of(row))
+        runtime.set_type(type_spec(row))
     resume: dict[int, int] = {}
     for q in query_rows:
         try:
@@ -168,7 +168,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     if archive is not None:
         from service.live.replay import rebuild
 
-        spec = {r.name: event_types.spec_of(r) for r in type_rows}
+        spec = {r.name: type_spec(r) for r in type_rows}
         stats = rebuild(
             runtime, settings.archive_root, spec, replay_max_us=int(settings.replay_max_s * 1e6), resume=resume
         )

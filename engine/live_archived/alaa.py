@@ -12,6 +12,7 @@ matches ``P_A`` everywhere, needed or not.
 """
 from __future__ import annotations
 
+from engine.events import Event
 from engine.live_archived.base import MIN_TS, LiveInstance, Runner
 from engine.live_archived.plan import NO_KEY, LiveArchivedPlan
 from engine.live_archived.source import ArchiveSource
@@ -43,7 +44,7 @@ class ContinuousArchive:
         events = self.runner.request(None, [(self.covered, hi_us)])
         found: list[Match] = []
         push = self.matcher.push
-        for e in events:
+        for e in sorted(events, key=Event.order_key):  # the request selects by end: one stretch of the stream
             try:
                 got = push(e)
             except LateEventError:

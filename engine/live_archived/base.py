@@ -292,11 +292,11 @@ class Runner:
         return events
 
     def match_archived(self, events: list[Event]) -> list[Match]:
-        """Every match of ``P_A`` over ``events`` (in (ts, id) order), with a fresh matcher."""
+        """Every match of ``P_A`` over ``events`` (fed in the matcher's (ts_end, id) order), with a fresh matcher."""
         matcher = Matcher(self.plan.archived)
         out: list[Match] = []
         push = matcher.push
-        for e in events:
+        for e in sorted(events, key=Event.order_key):  # a no-op pass when the source kept the order
             try:
                 found = push(e)
             except LateEventError:

@@ -9,9 +9,11 @@ Semantics (001 section 4; docs/semantics.md section 6):
 - A **live instance** ``I`` is a match of ``P_L``; ``I.start`` is the ts of its first event. Its
   access range is ``R_A(I) = [I.start - lookback, I.start)`` (int microseconds, half-open).
 - An **archived instance** ``J`` is a match of ``P_A`` over the archive. It joins ``I`` when every
-  event of ``J`` lies in ``R_A(I)``, the JOIN holds, and, when ``P_A`` has a trailing negation, its
-  negation window ``[J.start, J.start + WITHIN]`` lies in ``R_A(I)`` too (the archive ``I`` sees,
-  every event before ``I.start``, must be able to confirm the negation).
+  event of ``J`` lies in ``R_A(I)`` (an interval event ``[ts, ts_end)`` lies in it when it starts at or after
+  ``I.start - lookback`` and *ends before* ``I.start``: ``ts_end < I.start``; an archived interval still
+  running at ``I.start`` is not in the past ``I`` looks at, issue 24 item 4), the JOIN holds, and, when
+  ``P_A`` has a trailing negation, its negation window ``[J.start, J.start + WITHIN]`` lies in ``R_A(I)``
+  too (the archive ``I`` sees, every event before ``I.start``, must be able to confirm the negation).
 - JOIN is read like WHERE: its top-level AND conjuncts, a conjunct that mentions a variable that
   ``I`` or ``J`` does not bind (an OR branch not taken, an empty Kleene star) is ignored, a
   conjunct with ``b[k]`` beyond ``b``'s length is false, and the null rules of WHERE apply.
@@ -300,7 +302,14 @@ class LiveArchivedPlan:
         return (inst.start - self.lookback_us, inst.start)
 
     def qualifies(self, i_start: int, j: Match) -> bool:
-        """Whether archived instance ``j`` lies in the access range of a live instance starting at ``i_start``."""
+        """Whether archived instance ``j`` lies in the access range of a live instance starting at ``i_start``.
+
+        ``j`` lies in ``[i_start - lookback, i_start)`` when it starts (its first ``ts``) at or after
+        ``i_start - lookback`` and ends (its last ``ts_end``; ``ts`` of a point event) before ``i_start``:
+        an archived interval that ends at or after ``I.start`` is *not* in the range, however early it
+        started (docs/semantics.md section 6). With a trailing negation, also
+        ``j.start + WITHIN < i_start``. Times are int microseconds.
+        """
         if j.start < i_start - self.lookback_us or j.end >= i_start:
             return False
         deadline = self.archived_deadline_us

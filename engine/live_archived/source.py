@@ -6,8 +6,12 @@ and time ranges (one *archive request*, 001's archived-event extractor), and sta
 :class:`MemoryArchive` answers them from memory (tests, ``lace replay --backend memory``, benches);
 ``archive.archived_source.SparkArchiveSource`` answers them from the Delta archive through Spark.
 
-Ranges are half-open ``[lo, hi)`` in int microseconds UTC; keys are values of the archived side's
-key attribute (a PARTITION BY attribute, see :class:`engine.live_archived.plan.KeyPlan`).
+Ranges are half-open ``[lo, hi)`` in int microseconds UTC and select events by their *end*: ``ts_end``
+of an interval event, ``ts`` of a point event (the matcher's order, ``(ts_end, id)``), so one request over
+``[lo, hi)`` is exactly the stretch of the stream between positions ``lo`` and ``hi`` (issue 24 item 4:
+selecting interval events by ``ts`` left out those that started before ``lo`` and fed the rest out of the
+matcher's order). Keys are values of the archived side's key attribute (a PARTITION BY attribute, see
+:class:`engine.live_archived.plan.KeyPlan`).
 """
 from __future__ import annotations
 
@@ -30,18 +34,20 @@ class ArchiveSource(Protocol):
     def extract(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
     ) -> list[Event]:
-        """Archived events of ``types`` with ``key_attr`` in ``keys`` (None: any key) and ts in ``ranges``.
+        """Archived events of ``types`` with ``key_attr`` in ``keys`` (None: any key) that end in ``ranges``.
 
-        ``ranges`` is one union of half-open ``(lo, hi)`` int-us ranges for every key, or a mapping
-        key -> ranges (then ``keys``, when given, restricts it). Overlapping ranges are merged, so no
-        event comes twice. Returns the events in ``(ts, id)`` order, as one request.
+        An event ends at its ``ts_end`` (interval types) or ``ts`` (point types). ``ranges`` is one union
+        of half-open ``(lo, hi)`` int-us ranges for every key, or a mapping key -> ranges (then ``keys``,
+        when given, restricts it). Overlapping ranges are merged, so no event comes twice. Returns the
+        events as one request, in the matcher's ``(ts_end, id)`` order (callers sort again if a source
+        cannot promise it).
         """
         ...
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
     ) -> int:
-        """How many archived events of ``types`` (and ``keys``) have ts in ``range``."""
+        """How many archived events of ``types`` (and ``keys``) end in ``range``."""
         ...
 
     def selectivity(self, query: CompiledQuery, range: Range) -> float:
@@ -73,24 +79,24 @@ def normalize_request(keys: Iterable[Hashable] | None, ranges: Ranges) -> dict[H
 
 
 class _Column:
-    """Events of one type (or one type and key) sorted by (ts, id), with a parallel ts list for bisect."""
+    """Events of one type (or one type and key) sorted by (ts_end, id), with a parallel end list for bisect."""
 
     __slots__ = ("ts", "order", "events")
 
     def __init__(self) -> None:
-        self.ts: list[int] = []
+        self.ts: list[int] = []  # each event's end (ts_end; ts for a point event)
         self.order: list[tuple[int, int]] = []
         self.events: list[Event] = []
 
     def add(self, e: Event) -> None:
-        k = (e.ts, e.id)
+        k = (e.ts_end, e.id)
         if not self.order or k > self.order[-1]:
-            self.ts.append(e.ts)
+            self.ts.append(e.ts_end)
             self.order.append(k)
             self.events.append(e)
             return
         i = bisect.bisect_left(self.order, k)
-        self.ts.insert(i, e.ts)
+        self.ts.insert(i, e.ts_end)
         self.order.insert(i, k)
         self.events.insert(i, e)
 
@@ -104,9 +110,9 @@ class _Column:
 class MemoryArchive:
     """An in-memory archive that grows as the stream passes (:meth:`append`); an :class:`ArchiveSource`.
 
-    Events are indexed per type by ``(ts, id)``, and per (type, attribute, value) for each key
-    attribute a request has used, so a request costs a binary search per (type, key, range) plus
-    the events returned.
+    Events are indexed per type by ``(ts_end, id)`` (``(ts, id)`` for point events), and per (type,
+    attribute, value) for each key attribute a request has used, so a request costs a binary search per
+    (type, key, range) plus the events returned.
 
     Examples
     --------

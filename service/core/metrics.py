@@ -85,6 +85,20 @@ class Metrics:
         )
         self.backfill_matches = Counter("lace_backfill_matches", "Matches found by succeeded backfills", registry=r)
         self.replayed = Counter("lace_replayed_events", "Events replayed from the archive at start", registry=r)
+        self.replay_cut = Counter(
+            "lace_replay_cut",
+            "Restart replays cut short by LACE_REPLAY_MAX_S for a query without a recorded resume point "
+            "(partial matches older than the limit are lost), by query",
+            ["query"],
+            registry=r,
+        )
+        self.replay_cut_seconds = Counter(
+            "lace_replay_cut_seconds",
+            "Event time the restart replay did not go back over because of LACE_REPLAY_MAX_S, seconds, by query "
+            "(a query without WITHIN counts the limit itself: how far its state reached back is unbounded)",
+            ["query"],
+            registry=r,
+        )
         self._collectors: list[Callable[[], None]] = []
 
     def on_collect(self, fn: Callable[[], None]) -> None:

@@ -131,6 +131,9 @@ class LiveQuery:
     saved: dict[str, Any] | None = None
     """What the last checkpoint wrote to its row (not written again while unchanged)."""
     version: int = 1
+    replay_cut_us: int | None = None
+    """How much event time the restart replay did not go back over for this query because of
+    ``LACE_REPLAY_MAX_S`` (None: not cut); partial matches that started earlier were lost."""
     failed: str | None = None
     """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
     until it is updated or the service restarts, and the other queries go on."""
@@ -167,7 +170,7 @@ class LiveQuery:
     def stats(self) -> dict[str, Any]:
         """The detector's counters (a live-and-archived query's include the worker's)."""
         if self.worker is not None:
-            return self.worker.stats()
+            return self._with_cut(self.worker.stats())
         if isinstance(self.compiled, CompiledFilter):
             f = self.compiled.stats()
             return {"events": f["kept"] + f["dropped"], "late": 0, "emitted": f["dropped"], "filter": f, "cpu_s": 0.0}
@@ -178,6 +181,11 @@ class LiveQuery:
             d["results"] = self.node.results
         if self.failed is not None:
             d["failed"] = self.failed
+        return self._with_cut(d)
+
+    def _with_cut(self, d: dict[str, Any]) -> dict[str, Any]:
+        if self.replay_cut_us is not None:
+            d["replay_cut_ms"] = self.replay_cut_us / 1_000
         return d
 
 
@@ -505,8 +513,8 @@ class LiveRuntime:
     def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
         """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
         operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
-        from the archive and the recent buffer, in (ts, id) order, and the query's watermark: what rebuilds its
-        state (``state=warm``, a plan switch).
+        from the archive and the recent buffer, in the matcher's (ts_end, id) order (an interval event counts by
+        its end), and the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
 
         Raises ValueError without the archive."""
         if self.archive is None:
@@ -528,9 +536,9 @@ class LiveRuntime:
             for _, e, _ in read_tail(self.archive.root, spec, since):
                 seen[e.id] = e
         for e in self.archive.buffer.events([t for t in types if t in self.types]):
-            if e.ts >= since:
+            if e.ts_end >= since:
                 seen.setdefault(e.id, e)
-        return sorted(seen.values(), key=lambda e: (e.ts, e.id)), wm
+        return sorted(seen.values(), key=Event.order_key), wm
 
     def _pattern_detector(self, query_id: int, compiled: CompiledQuery, opts: RunOptions) -> Detector:
         """A live pattern query's matcher in the service: chain storage, its types' lateness, its budget
@@ -976,7 +984,7 @@ class LiveRuntime:
     # ------------------------------------------------------------------ restart replay
 
     def replay(self, rows: Iterable[tuple[Event, int]]) -> tuple[int, int]:
-        """Feed archived ``(event, ingested_at_us)`` rows, in (ts, id) order, to the queries that saw them live.
+        """Feed archived ``(event, ingested_at_us)`` rows, in (ts_end, id) order, to the queries that saw them live.
 
         Alerts found again are de-duplicated by (query, event ids). Returns
         ``(events replayed, new alerts)``.

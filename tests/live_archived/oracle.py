@@ -2,7 +2,8 @@
 
 Straight from docs/semantics.md section 6: every live instance (a match of P_L over the whole
 stream) times every archived instance (a match of P_A over the whole stream) that lies in its
-access range ``[I.start - lookback, I.start)`` (with the whole negation window when P_A has a
+access range ``[I.start - lookback, I.start)``: every event starts at or after ``I.start - lookback``
+and ends (``ts_end``; ``ts`` of a point event) before ``I.start`` (with the whole negation window when P_A has a
 trailing negation), filtered by JOIN read like WHERE. Pattern matches come from the engine's own
 brute-force oracle (tests/engine/oracle.py), which reads only the syntax tree.
 """
@@ -23,12 +24,13 @@ def _instances(query: A.PatternQuery, events: list[Event]) -> list[tuple[frozens
     out = []
     for key in enumerate_matches(query, events):
         binding: dict = {}
-        stamps = []
+        starts, ends = [], []
         for var, ids in key:
             evs = tuple(by_id[i] for i in ids)
-            stamps += [e.ts for e in evs]
+            starts += [e.ts for e in evs]
+            ends += [e.ts_end for e in evs]  # = ts for a point event
             binding[var] = evs[0] if kinds[var] == "single" else evs
-        out.append((key, binding, min(stamps), max(stamps)))
+        out.append((key, binding, min(starts), max(ends)))
     return out
 
 

@@ -11,38 +11,12 @@ from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
 from service.core.errors import ApiError
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
-from service.live.events import CHECKERS, TypeSpec
-from service.schemas.common import ERRORS, Name, iso
+from service.event_type import archive_type, public, type_spec
+from service.live.events import CHECKERS
+from service.schemas.common import ERRORS, Name
 from service.schemas.resources import EventTypeCreate, EventTypePublic, EventTypeUpdate
 
 router = APIRouter(prefix="/event-types", tags=["event types"], responses=ERRORS)  # type: ignore[arg-type]
-
-
-def public(row: EventTypeRow) -> EventTypePublic:
-    return EventTypePublic(
-        name=row.name,
-        attributes=dict(row.attributes),
-        partition_key=row.partition_key,
-        defaults=dict(row.defaults or {}),
-        allowed_lateness_ms=row.allowed_lateness_us / 1_000,
-        interval=bool(row.interval),
-        max_duration_ms=None if row.max_duration_us is None else row.max_duration_us / 1_000,
-        created_at=iso(row.created_at_us),
-        updated_at=iso(row.updated_at_us),
-    )
-
-
-def spec_of(row: EventTypeRow) -> TypeSpec:
-    defaults = dict(row.defaults or {})
-    return TypeSpec(
-        row.name,
-        dict(row.attributes),
-        row.partition_key,
-        row.allowed_lateness_us,
-        defaults,
-        bool(row.interval),
-        row.max_duration_us,
-    )
 
 
 def _check_defaults(defaults: dict[str, Any], attributes: dict[str, str], where: str) -> dict[str, Any]:
@@ -73,11 +47,12 @@ def _used_attributes(session: SessionDep, name: str) -> dict[str, list[str]]:
     return out
 
 
-def _archive_type(name: str, attributes: dict[str, str], key: str | None, interval: bool = False) -> EventType:
-    if key is not None and key not in attributes:
-        raise ApiError(422, f"partition key {key!r} is not one of the attributes", "body.partition_key")
+def _archive_type(row: EventTypeRow) -> EventType:
+    """The archive's type of ``row`` (:func:`service.event_type.archive_type`); 422 naming the field."""
+    if row.partition_key is not None and row.partition_key not in row.attributes:
+        raise ApiError(422, f"partition key {row.partition_key!r} is not one of the attributes", "body.partition_key")
     try:
-        return EventType(name, attributes, key, interval)  # type: ignore[arg-type]
+        return archive_type(row)
     except SchemaError as e:
         raise ApiError(422, str(e), "body.name" if "type name" in str(e) else "body.attributes") from None
 
@@ -96,7 +71,19 @@ def _users(session: SessionDep, name: str, *, active_only: bool = False) -> list
 
 @router.post("", status_code=201, summary="Register an event type")
 def create_event_type(body: EventTypeCreate, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> EventTypePublic:
-    etype = _archive_type(body.name, dict(body.attributes), body.partition_key, body.interval)
+    t = now_us()
+    row = EventTypeRow(
+        name=body.name,
+        attributes=dict(body.attributes),
+        partition_key=body.partition_key,
+        defaults={},
+        allowed_lateness_us=body.allowed_lateness_ms * 1_000,
+        interval=body.interval,
+        max_duration_us=None if body.max_duration_ms is None else body.max_duration_ms * 1_000,
+        created_at_us=t,
+        updated_at_us=t,
+    )
+    etype = _archive_type(row)
     with runtime.control, runtime.lock:
         if session.get(EventTypeRow, body.name) is not None:
             raise ApiError(409, f"event type {body.name!r} exists (PATCH it to add attributes)", "body.name")
@@ -110,21 +97,10 @@ def create_event_type(body: EventTypeCreate, session: SessionDep, runtime: Runti
         defaults = _check_defaults(dict(body.defaults), dict(body.attributes), "body.defaults")
         if body.partition_key is not None and body.partition_key in defaults:
             raise ApiError(422, "the partition key cannot be optional", f"body.defaults.{body.partition_key}")
-        t = now_us()
-        row = EventTypeRow(
-            name=body.name,
-            attributes=dict(body.attributes),
-            partition_key=body.partition_key,
-            defaults=defaults,
-            allowed_lateness_us=body.allowed_lateness_ms * 1_000,
-            interval=body.interval,
-            max_duration_us=None if body.max_duration_ms is None else body.max_duration_ms * 1_000,
-            created_at_us=t,
-            updated_at_us=t,
-        )
+        row.defaults = defaults
         session.add(row)
         session.commit()
-        runtime.set_type(spec_of(row))
+        runtime.set_type(type_spec(row))
     return public(row)
 
 
@@ -168,7 +144,9 @@ def update_event_type(
         defaults.update(_check_defaults(dict(body.defaults or {}), merged, "body.defaults"))
         if row.partition_key is not None and row.partition_key in defaults:
             raise ApiError(422, "the partition key cannot be optional", f"body.defaults.{row.partition_key}")
-        etype = _archive_type(name, merged, row.partition_key, bool(row.interval))
+        etype = _archive_type(
+            EventTypeRow(name=name, attributes=merged, partition_key=row.partition_key, interval=row.interval)
+        )
         lateness_us = row.allowed_lateness_us if body.allowed_lateness_ms is None else body.allowed_lateness_ms * 1_000
         if lateness_us > row.allowed_lateness_us:  # a smaller lateness is always safe: queries get fewer events
             users = _users(session, name, active_only=True)
@@ -188,7 +166,7 @@ def update_event_type(
         row.allowed_lateness_us = lateness_us
         row.updated_at_us = now_us()
         session.commit()
-        runtime.set_type(spec_of(row))
+        runtime.set_type(type_spec(row))
     return public(row)
 
 

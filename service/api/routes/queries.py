@@ -27,10 +27,11 @@ from engine.rules.filters import CompiledFilter
 from engine.rules.graph import statement_ast
 from engine.rules.statements import AggregateStatement
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
-from service.api.routes.event_types import _archive_type, spec_of
+from service.api.routes.event_types import _archive_type
 from service.core.errors import ApiError, get_or_404
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us, session_write_gate
+from service.event_type import type_spec
 from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
@@ -262,9 +263,12 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
     reason = runtime.graph.cycle(compiled, exclude=exclude)
     if reason is not None:
         raise ApiError(422, reason, "body.text", line=tree.pos.line, column=tree.pos.column)
-    if runtime.archive is not None:
+    if runtime.archive is not None:  # derived events are archived too; the statement says point or interval
+        derived = EventTypeRow(
+            name=emit, attributes=schema, partition_key=existing.partition_key if existing else None, interval=interval
+        )
         try:
-            runtime.archive.register(_archive_type(emit, schema, None, interval))  # derived events are archived too
+            runtime.archive.register(_archive_type(derived))
         except SchemaError as e:
             raise ApiError(409, f"EMIT INTO {emit}: the archive holds an incompatible type: {e}", "body.text") from None
     t = now_us()
@@ -277,7 +281,7 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
     elif dict(existing.attributes) != schema:
         existing.attributes = schema
         existing.updated_at_us = t
-    runtime.set_type(spec_of(existing))
+    runtime.set_type(type_spec(existing))
 
 
 def _get(session: SessionDep, query_id: int) -> QueryRow:
