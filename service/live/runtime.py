@@ -130,6 +130,9 @@ class LiveQuery:
     saved: dict[str, Any] | None = None
     """What the last checkpoint wrote to its row (not written again while unchanged)."""
     version: int = 1
+    warm: dict[str, int] | None = None
+    """What rebuilt this start's state from the archive (``state=warm``, a plan switch; None: nothing did):
+    the answer of :meth:`LiveRuntime.warm_query` or :meth:`LiveRuntime.switch_plan`, shown as ``warm``."""
     failed: str | None = None
     """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
     until it is updated or the service restarts, and the other queries go on."""
@@ -467,7 +470,8 @@ class LiveRuntime:
         alerts = 0
         if emit_history and results and lq.compiled.emit_into is None:
             alerts = self._save([Found(query_id, m, lq.version) for m in results])
-        return {"events": len(history), "results": len(results), "alerts": alerts}
+        lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
+        return lq.warm
 
     def switch_plan(self, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
         """Switch a running pattern query to another plan of its text (``POST /queries/{id}/plan``, 004):
@@ -499,7 +503,8 @@ class LiveRuntime:
         lq.base = totals
         lq.offset = lq.counts()  # the window's events are counted once, before the switch
         lq.saved_mark = None
-        return {"events": len(history), "results": dropped}
+        lq.warm = {"events": len(history), "results": dropped}
+        return lq.warm
 
     def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
         """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN or the window

@@ -338,8 +338,10 @@ class QueryPublic(BaseModel):
     )
     warm: dict[str, int] | None = Field(
         None,
-        description="After ?state=warm (or a plan switch): history events fed from the archive, results they "
-        "completed, and alerts recorded for them (emit_history=true; a plan switch records none).",
+        description="After ?state=warm (or a plan switch) of the running version: history events fed from the "
+        "archive, results they completed, and alerts recorded for them (emit_history=true; a plan switch records "
+        "none). Null when this version started without warming, while it is paused, and after a service restart "
+        "(the restart replay rebuilds its state).",
     )
     totals: dict[str, float] = Field(
         {},
