@@ -49,6 +49,11 @@ NEVER = -(1 << 63)
 """The watermark before any event: nothing is known to be complete."""
 END_OF_TIME = (1 << 63) - 1
 
+class DerivedInputError(ValueError):
+    """An input event of a type a statement derives (EMIT INTO): refused, since it would move that type's
+    watermark and mix with the derived events (docs/lql.md: EMIT INTO must not name an ingested type)."""
+
+
 Factory = Callable[[Any], Any]
 """Compiled statement -> its detector (``push``/``advance``/``flush``/``stats``/``next_deadline``)."""
 
@@ -356,7 +361,11 @@ class RuleGraph:
         ------
         engine.matcher.LateEventError
             From a node's detector when the event is late for it.
+        DerivedInputError
+            When a statement derives ``event.type`` (EMIT INTO): nothing is taken.
         """
+        if event.type in self._emitters:
+            self._refuse_derived(event.type)
         out: list[tuple[str, Match]] = []
         nodes = self._readers.get(event.type)
         if nodes:
@@ -381,11 +390,14 @@ class RuleGraph:
         their readers' inboxes as with :meth:`push`), and its CPU time is read once per batch.
 
         Returns (statement name, result) as :meth:`push` does; late refusals go to :attr:`late_events`.
+        Raises :class:`DerivedInputError` (and takes none of them) when a statement derives one's type.
         """
         out: list[tuple[str, Match]] = []
         if not events:
             return out
         types = {e.type for e in events}
+        for t in types.intersection(self._emitters):
+            self._refuse_derived(t)
         nodes: dict[str, Node] = {}
         for t in types:
             for n in self._readers.get(t, ()):
@@ -527,6 +539,12 @@ class RuleGraph:
         dropped = len(self.warm(name, history, watermark_us))
         node.consumed = max(consumed, node.consumed)
         return dropped
+
+    def _refuse_derived(self, type_name: str) -> None:
+        who = ", ".join(sorted(n.name for n in self._emitters[type_name]))
+        raise DerivedInputError(
+            f"'{type_name}' is derived by {who} (EMIT INTO {type_name}): its events cannot be read from the input"
+        )
 
     def take_derived(self) -> list[tuple[str, Event]]:
         """The derived events emitted since the last call, with the emitting statement's name (set

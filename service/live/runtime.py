@@ -660,6 +660,9 @@ class LiveRuntime:
                 except EventInvalid as e:
                     self._reject(res, i, line, e.field, e.reason, "invalid")
                     continue
+                if spec.derived or spec.name in self.emitters:  # before the time checks: not "late" but this
+                    self._reject(res, i, line, "type", self._derived_reason(spec.name), "invalid")
+                    continue
                 digest = b""
                 if eid is not None:  # before the time checks: a retry of an acknowledged event is late by nature
                     digest = content_digest(spec.name, start, attrs if ts == start else {**attrs, "ts_end": ts})
@@ -688,11 +691,6 @@ class LiveRuntime:
                         f"{self.max_future_skew_us // 1_000_000} s ahead of {ahead} (LACE_MAX_FUTURE_SKEW_S)"
                     )
                     self._reject(res, i, line, "ts", reason, "future")
-                    continue
-                if spec.name in self.emitters:
-                    who = ", ".join(sorted(self.queries[q].name for q in self.emitters[spec.name]))
-                    reason = f"'{spec.name}' is a derived event type (EMIT INTO of {who}); it cannot be ingested"
-                    self._reject(res, i, line, "type", reason, "invalid")
                     continue
                 event = Event(eid or 0, spec.name, start, attrs, ts)  # ts: ts_end (= start for a point type)
                 if self.graph.filters:
@@ -731,6 +729,12 @@ class LiveRuntime:
             res.matches = len(found)
             res.alerts = self._save(found)
         return res
+
+    def _derived_reason(self, name: str) -> str:
+        """Why an event of the derived type ``name`` is refused from a producer (issue 24)."""
+        who = ", ".join(sorted(self.queries[q].name for q in self.emitters.get(name, ())))
+        made = f"EMIT INTO of {who}" if who else "made by EMIT INTO; no running statement emits it now"
+        return f"'{name}' is a derived event type ({made}); it cannot be ingested"
 
     def _remember(self, ids: dict[int, bytes]) -> None:
         recent = self.recent_ids

@@ -137,6 +137,11 @@ class EventTypePublic(BaseModel):
     allowed_lateness_ms: float
     interval: bool = False
     max_duration_ms: float | None = None
+    derived: bool = Field(
+        False,
+        description="Made by EMIT INTO: its events come from statements only (POST /events refuses them, also "
+        "while no statement emits it); false: an ingested type, which EMIT INTO cannot name.",
+    )
     created_at: str
     updated_at: str
 

@@ -27,6 +27,7 @@ def public(row: EventTypeRow) -> EventTypePublic:
         allowed_lateness_ms=row.allowed_lateness_us / 1_000,
         interval=bool(row.interval),
         max_duration_ms=None if row.max_duration_us is None else row.max_duration_us / 1_000,
+        derived=bool(row.derived),
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
     )
@@ -42,6 +43,7 @@ def spec_of(row: EventTypeRow) -> TypeSpec:
         defaults,
         bool(row.interval),
         row.max_duration_us,
+        bool(row.derived),
     )
 
 

@@ -235,8 +235,9 @@ def _start(runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int) 
 
 
 def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatement, query_id: int | None) -> None:
-    """EMIT INTO: the derived type must not be an ingested type, must keep one schema, and must not close a
-    cycle (409 / 422 naming the field); registers the derived event type. Call under the lock."""
+    """EMIT INTO: the derived type must not be an ingested type (one registered with POST /event-types, whether
+    or not events came), must keep one schema, and must not close a cycle (409 / 422 naming the field);
+    registers the derived event type (``derived``: producers cannot post it). Call under the lock."""
     emit = compiled.emit_into
     if emit is None:
         return
@@ -245,12 +246,13 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
     others = runtime.emitters.get(emit, set()) - ({query_id} if query_id is not None else set())
     schema = derived_schema(tree, runtime.schemas())
     existing = session.get(EventTypeRow, emit)
-    if existing is not None and not others:
-        emitting = session.execute(
-            select(QueryRow.id).where(QueryRow.emits == emit, QueryRow.id != (query_id or 0))
-        ).first()
-        if emitting is None and emit in runtime.type_max and emit not in runtime.emitters:
-            raise ApiError(409, f"EMIT INTO {emit}: '{emit}' is an ingested event type", "body.text")
+    if existing is not None and not existing.derived:
+        raise ApiError(
+            409,
+            f"EMIT INTO {emit}: '{emit}' is an ingested event type (registered with POST /event-types); its "
+            "events come from producers, and derived ones would move its watermark: emit into another type",
+            "body.text",
+        )
     if existing is not None and dict(existing.attributes) != schema and others:
         raise ApiError(
             409,
@@ -271,7 +273,7 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
     if existing is None:
         existing = EventTypeRow(
             name=emit, attributes=schema, partition_key=None, defaults=None, allowed_lateness_us=0,
-            created_at_us=t, updated_at_us=t, interval=interval,
+            created_at_us=t, updated_at_us=t, interval=interval, derived=True,
         )
         session.add(existing)
     elif dict(existing.attributes) != schema:
