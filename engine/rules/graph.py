@@ -547,8 +547,9 @@ class RuleGraph:
         )
 
     def take_derived(self) -> list[tuple[str, Event]]:
-        """The derived events emitted since the last call, with the emitting statement's name (set
-        ``keep_derived`` to collect them: the service archives them, ``lace match`` writes them)."""
+        """The derived events emitted since the last call that passed the FILTER rules of their type (what the
+        readers get), with the emitting statement's name (set ``keep_derived`` to collect them: the service
+        archives them)."""
         out, self._derived_out = self._derived_out, []
         return out
 
@@ -638,11 +639,10 @@ class RuleGraph:
         tree = statement_ast(node.statement)
         for m in matches:
             event = derived_event(tree, m, self.next_id())
+            if self.filter(event) is not None:
+                continue  # dropped by a FILTER rule of its type: no reader sees it, nor the archive (one rule)
             if self.keep_derived:
                 self._derived_out.append((node.name, event))
-            reason = self.filter(event)
-            if reason is not None:
-                continue
             readers = self._readers.get(event.type, ())
             if self.router is not None and len(readers) > self.index_min:
                 reached = set(self.router.reached(event))

@@ -236,3 +236,20 @@ def test_an_ingested_event_of_a_derived_type_is_refused() -> None:
     assert graph.take_derived() == []  # the batch was refused whole: its R event was not taken either
     assert graph.push(Event(3, "R", 6 * S, {"k": 1, "x": 70})) == []  # and an ingested type goes on
     assert [e.type for _, e in graph.take_derived()] == ["H"]
+
+
+def test_derived_events_a_filter_drops_are_not_kept_for_the_archive() -> None:
+    """Issue 24 item 6: what ``take_derived`` gives (the service archives it) is what the readers get."""
+    graph = _graph(
+        "NAME high PATTERN SEQ(R r) RETURN r.k AS k, r.x AS x EMIT INTO H;\n"
+        "NAME f FILTER H h DROP WHEN h.x < 50;\n"
+        "NAME read PATTERN SEQ(H h) RETURN h.x AS x"
+    )
+    graph.keep_derived = True
+    out = []
+    for i, x in enumerate((10, 60, 20, 70), 1):
+        out += graph.push(Event(i, "R", i * S, {"k": 1, "x": x}))
+    out += graph.flush()
+    assert [m.fields["x"] for _, m in out] == [60, 70]
+    assert [e.attrs["x"] for _, e in graph.take_derived()] == [60, 70]  # was [10, 60, 20, 70]
+    assert graph.stats()["f"]["dropped"] == 2
