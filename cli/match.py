@@ -224,6 +224,7 @@ def _run_match(
     from engine.match_files import MatchWriter
     from engine.matcher import LateEventError
     from engine.plugins.api import PluginError
+    from engine.rules.graph import DerivedInputError
 
     if fmt == "parquet" and out is None:
         fail("--format parquet needs --out FILE")
@@ -247,6 +248,8 @@ def _run_match(
                     if n_late <= MAX_LATE_REPORTS:
                         warn(f"{events} {source.where(i)}: {e}")
                     continue
+                except DerivedInputError as e:  # EMIT INTO a type the file holds: one line, no traceback
+                    fail(f"{events} {source.where(i)}: {e}")
                 if found:
                     write(found)
                 if take_late is not None:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 def type_spec(row: EventTypeRow) -> TypeSpec:
-    """The live engine's view of ``row``: attributes, partition key, lateness (us), defaults, interval."""
+    """The live engine's view of ``row``: attributes, partition key, lateness (us), defaults, interval, derived."""
     return TypeSpec(
         row.name,
         dict(row.attributes),
@@ -35,6 +35,7 @@ def type_spec(row: EventTypeRow) -> TypeSpec:
         dict(row.defaults or {}),
         bool(row.interval),
         row.max_duration_us,
+        bool(row.derived),
     )
 
 
@@ -61,6 +62,7 @@ def public(row: EventTypeRow) -> EventTypePublic:
         allowed_lateness_ms=row.allowed_lateness_us / 1_000,
         interval=bool(row.interval),
         max_duration_ms=None if row.max_duration_us is None else row.max_duration_us / 1_000,
+        derived=bool(row.derived),
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
     )

@@ -51,6 +51,11 @@ NEVER = -(1 << 63)
 """The watermark before any event: nothing is known to be complete."""
 END_OF_TIME = (1 << 63) - 1
 
+class DerivedInputError(ValueError):
+    """An input event of a type a statement derives (EMIT INTO): refused, since it would move that type's
+    watermark and mix with the derived events (docs/lql.md: EMIT INTO must not name an ingested type)."""
+
+
 Factory = Callable[[Any], Any]
 """Compiled statement -> its detector (``push``/``advance``/``flush``/``stats``/``next_deadline``)."""
 
@@ -365,7 +370,11 @@ class RuleGraph:
         ------
         engine.matcher.LateEventError
             From a node's detector when the event is late for it.
+        DerivedInputError
+            When a statement derives ``event.type`` (EMIT INTO): nothing is taken.
         """
+        if event.type in self._emitters:
+            self._refuse_derived(event.type)
         out: list[tuple[str, Match]] = []
         nodes = self._readers.get(event.type)
         if nodes:
@@ -390,11 +399,14 @@ class RuleGraph:
         their readers' inboxes as with :meth:`push`), and its CPU time is read once per batch.
 
         Returns (statement name, result) as :meth:`push` does; late refusals go to :attr:`late_events`.
+        Raises :class:`DerivedInputError` (and takes none of them) when a statement derives one's type.
         """
         out: list[tuple[str, Match]] = []
         if not events:
             return out
         types = {e.type for e in events}
+        for t in types.intersection(self._emitters):
+            self._refuse_derived(t)
         nodes: dict[str, Node] = {}
         for t in types:
             for n in self._readers.get(t, ()):
@@ -537,9 +549,16 @@ class RuleGraph:
         node.consumed = max(consumed, node.consumed)
         return dropped
 
+    def _refuse_derived(self, type_name: str) -> None:
+        who = ", ".join(sorted(n.name for n in self._emitters[type_name]))
+        raise DerivedInputError(
+            f"'{type_name}' is derived by {who} (EMIT INTO {type_name}): its events cannot be read from the input"
+        )
+
     def take_derived(self) -> list[tuple[str, Event]]:
-        """The derived events emitted since the last call, with the emitting statement's name (set
-        ``keep_derived`` to collect them: the service archives them, ``lace match`` writes them)."""
+        """The derived events emitted since the last call that passed the FILTER rules of their type (what the
+        readers get), with the emitting statement's name (set ``keep_derived`` to collect them: the service
+        archives them)."""
         out, self._derived_out = self._derived_out, []
         return out
 
@@ -629,11 +648,10 @@ class RuleGraph:
         tree = statement_ast(node.statement)
         for m in matches:
             event = derived_event(tree, m, derived_event_id(node.identity, node.version, m))
+            if self.filter(event) is not None:
+                continue  # dropped by a FILTER rule of its type: no reader sees it, nor the archive (one rule)
             if self.keep_derived:
                 self._derived_out.append((node.name, event))
-            reason = self.filter(event)
-            if reason is not None:
-                continue
             readers = self._readers.get(event.type, ())
             if self.router is not None and len(readers) > self.index_min:
                 reached = set(self.router.reached(event))

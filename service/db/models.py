@@ -57,6 +57,9 @@ class EventTypeRow(Base):
     """An interval type (issue 15): events carry ts_end > ts (migration 0008)."""
     max_duration_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     """An interval type's longest accepted event, microseconds (None: no bound)."""
+    derived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Made by EMIT INTO (migration 0011): producers cannot post it, even with no statement emitting it now;
+    False: registered with POST /event-types (ingested), EMIT INTO cannot name it."""
 
 
 class QueryRow(Base):

@@ -194,6 +194,8 @@ class TypeSpec:
     max_duration_us : int | None
         An interval type's longest event (``ts_end - ts``), microseconds; longer ones are refused. It
         bounds how long a partial match waits on an interval that started long ago (None: no bound).
+    derived : bool
+        Made by EMIT INTO (issue 24): its events come from the statements only; producers cannot post it.
     """
 
     name: str
@@ -203,6 +205,7 @@ class TypeSpec:
     defaults: dict[str, Any] = field(default_factory=dict)
     interval: bool = False
     max_duration_us: int | None = None
+    derived: bool = False
     checks: list[tuple[str, Callable[[Any], Any]]] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -20,7 +20,8 @@ SQLite connections and threads). What stays in the service process:
 Ingest hands a batch over with a queue append (:meth:`ProcessWorker.offer`); a sender thread pickles
 it as ``(id, type, ts, attrs)`` tuples onto the pipe. Messages are tuples, the first item their kind;
 requests carry an id and get a ``("reply", id, ok, value)``. The child exits when the pipe closes
-(the service stopped or was killed).
+(the service stopped or was killed); it ignores SIGINT and SIGTERM (a signal to the process group):
+the service stops it on purpose when it shuts down.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import logging
 import multiprocessing
 import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable
@@ -325,9 +327,11 @@ class ProcessWorker:
                 msg = chan.conn.recv()
             except (EOFError, OSError):
                 chan.fail_all()
-                if not self.stopped:
-                    log.error("live-and-archived query %s: its process exited (code %s)", self.name,
-                              self.proc.exitcode)
+                if not self.stopped:  # not stopped on purpose (:meth:`stop`): killed, or it crashed
+                    self.proc.join(timeout=1)  # its exit code (None until it is reaped)
+                    if not self.stopped:
+                        log.error("live-and-archived query %s: its process exited (code %s)", self.name,
+                                  self.proc.exitcode)
                 return
             kind = msg[0]
             if kind == "reply":
@@ -417,7 +421,13 @@ class RemoteSource:
 
 
 def child_main(conn: Connection, spec: ChildSpec) -> None:
-    """The child process: build the runner and a :class:`LiveArchivedWorker`, serve the pipe until it closes."""
+    """The child process: build the runner and a :class:`LiveArchivedWorker`, serve the pipe until it closes.
+
+    It ignores SIGINT and SIGTERM: a terminal's Ctrl-C, ``kill -TERM -PGID`` or systemd signal the whole
+    process group, and the service, shutting down cleanly, stops its children itself (``stop``), so they
+    are not reported as gone. A service killed outright closes the pipe: the child exits then."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=spec.log_level, format=f"%(asctime)s lace-la-{spec.query_id} %(levelname)s %(message)s")
     from engine.detector import make_detector
     from service.live.live_archived import ArchiveLookups, LiveArchivedWorker

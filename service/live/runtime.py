@@ -134,6 +134,9 @@ class LiveQuery:
     replay_cut_us: int | None = None
     """How much event time the restart replay did not go back over for this query because of
     ``LACE_REPLAY_MAX_S`` (None: not cut); partial matches that started earlier were lost."""
+    warm: dict[str, int] | None = None
+    """What rebuilt this start's state from the archive (``state=warm``, a plan switch; None: nothing did):
+    the answer of :meth:`LiveRuntime.warm_query` or :meth:`LiveRuntime.switch_plan`, shown as ``warm``."""
     failed: str | None = None
     """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
     until it is updated or the service restarts, and the other queries go on."""
@@ -476,7 +479,8 @@ class LiveRuntime:
         alerts = 0
         if emit_history and results and lq.compiled.emit_into is None:
             alerts = self._save([Found(query_id, m, lq.version) for m in results])
-        return {"events": len(history), "results": len(results), "alerts": alerts}
+        lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
+        return lq.warm
 
     def switch_plan(self, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
         """Switch a running pattern query to another plan of its text (``POST /queries/{id}/plan``, 004):
@@ -508,7 +512,8 @@ class LiveRuntime:
         lq.base = totals
         lq.offset = lq.counts()  # the window's events are counted once, before the switch
         lq.saved_mark = None
-        return {"events": len(history), "results": dropped}
+        lq.warm = {"events": len(history), "results": dropped}
+        return lq.warm
 
     def _window_history(self, lq: LiveQuery) -> tuple[list[Event], int | None]:
         """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
@@ -665,6 +670,9 @@ class LiveRuntime:
                 except EventInvalid as e:
                     self._reject(res, i, line, e.field, e.reason, "invalid")
                     continue
+                if spec.derived or spec.name in self.emitters:  # before the time checks: not "late" but this
+                    self._reject(res, i, line, "type", self._derived_reason(spec.name), "invalid")
+                    continue
                 digest = b""
                 if eid is not None:  # before the time checks: a retry of an acknowledged event is late by nature
                     digest = content_digest(spec.name, start, attrs if ts == start else {**attrs, "ts_end": ts})
@@ -693,11 +701,6 @@ class LiveRuntime:
                         f"{self.max_future_skew_us // 1_000_000} s ahead of {ahead} (LACE_MAX_FUTURE_SKEW_S)"
                     )
                     self._reject(res, i, line, "ts", reason, "future")
-                    continue
-                if spec.name in self.emitters:
-                    who = ", ".join(sorted(self.queries[q].name for q in self.emitters[spec.name]))
-                    reason = f"'{spec.name}' is a derived event type (EMIT INTO of {who}); it cannot be ingested"
-                    self._reject(res, i, line, "type", reason, "invalid")
                     continue
                 event = Event(eid or 0, spec.name, start, attrs, ts)  # ts: ts_end (= start for a point type)
                 if self.graph.filters:
@@ -736,6 +739,12 @@ class LiveRuntime:
             res.matches = len(found)
             res.alerts = self._save(found)
         return res
+
+    def _derived_reason(self, name: str) -> str:
+        """Why an event of the derived type ``name`` is refused from a producer (issue 24)."""
+        who = ", ".join(sorted(self.queries[q].name for q in self.emitters.get(name, ())))
+        made = f"EMIT INTO of {who}" if who else "made by EMIT INTO; no running statement emits it now"
+        return f"'{name}' is a derived event type ({made}); it cannot be ingested"
 
     def _remember(self, ids: dict[int, bytes]) -> None:
         recent = self.recent_ids

@@ -137,6 +137,11 @@ class EventTypePublic(BaseModel):
     allowed_lateness_ms: float
     interval: bool = False
     max_duration_ms: float | None = None
+    derived: bool = Field(
+        False,
+        description="Made by EMIT INTO: its events come from statements only (POST /events refuses them, also "
+        "while no statement emits it); false: an ingested type, which EMIT INTO cannot name.",
+    )
     created_at: str
     updated_at: str
 
@@ -338,8 +343,10 @@ class QueryPublic(BaseModel):
     )
     warm: dict[str, int] | None = Field(
         None,
-        description="After ?state=warm (or a plan switch): history events fed from the archive, results they "
-        "completed, and alerts recorded for them (emit_history=true; a plan switch records none).",
+        description="After ?state=warm (or a plan switch) of the running version: history events fed from the "
+        "archive, results they completed, and alerts recorded for them (emit_history=true; a plan switch records "
+        "none). Null when this version started without warming, while it is paused, and after a service restart "
+        "(the restart replay rebuilds its state).",
     )
     totals: dict[str, float] = Field(
         {},

@@ -218,3 +218,37 @@ def test_waiting_does_not_count_against_the_time_budget() -> None:
     assert time.perf_counter() - started > 0.2
     assert graph.take_failures() == [] and node.failed is None
     assert len(out) == sum(1 for e in events if e.attrs["x"] > 5)
+
+
+def test_an_ingested_event_of_a_derived_type_is_refused() -> None:
+    """Issue 24 item 5: an event of a type a statement derives (EMIT INTO H) cannot come in as input: it would
+    move H's watermark and mix with the derived events. push and push_batch refuse it and take nothing."""
+    from engine.rules.graph import DerivedInputError
+
+    graph = _graph(CAPTURE_THEN_PATTERN)
+    graph.keep_derived = True
+    forged = Event(1, "H", 5 * S, {"k": 1, "x": 99})
+    with pytest.raises(DerivedInputError, match="'H' is derived by high \\(EMIT INTO H\\)"):
+        graph.push(forged)
+    with pytest.raises(DerivedInputError):
+        graph.push_batch([Event(2, "R", 5 * S, {"k": 1, "x": 70}), forged])
+    assert graph.take_derived() == []  # the batch was refused whole: its R event was not taken either
+    assert graph.push(Event(3, "R", 6 * S, {"k": 1, "x": 70})) == []  # and an ingested type goes on
+    assert [e.type for _, e in graph.take_derived()] == ["H"]
+
+
+def test_derived_events_a_filter_drops_are_not_kept_for_the_archive() -> None:
+    """Issue 24 item 6: what ``take_derived`` gives (the service archives it) is what the readers get."""
+    graph = _graph(
+        "NAME high PATTERN SEQ(R r) RETURN r.k AS k, r.x AS x EMIT INTO H;\n"
+        "NAME f FILTER H h DROP WHEN h.x < 50;\n"
+        "NAME read PATTERN SEQ(H h) RETURN h.x AS x"
+    )
+    graph.keep_derived = True
+    out = []
+    for i, x in enumerate((10, 60, 20, 70), 1):
+        out += graph.push(Event(i, "R", i * S, {"k": 1, "x": x}))
+    out += graph.flush()
+    assert [m.fields["x"] for _, m in out] == [60, 70]
+    assert [e.attrs["x"] for _, e in graph.take_derived()] == [60, 70]  # was [10, 60, 20, 70]
+    assert graph.stats()["f"]["dropped"] == 2

@@ -59,3 +59,19 @@ def test_a_cycle_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.exit_code == 2
     cycle = "EMIT INTO R would create a cycle R \u2192 S \u2192 R"
     assert result.stderr.strip() == f"error: {tmp_path / 'c.lql'}:2:1: {cycle}"
+
+
+def test_a_file_holding_a_derived_type_is_refused(tmp_path: Path) -> None:
+    """Issue 24 item 5: ``EMIT INTO H`` while the file holds events of H (an ingested type) is an error naming
+    the event and the statement, not derived and ingested H events mixed."""
+    (tmp_path / "e.csv").write_text(EVENTS + "7,H,6000,a,99\n")
+    (tmp_path / "rules.lql").write_text(RULES)
+    (tmp_path / "rise.lql").write_text(RISE)
+    result = runner.invoke(
+        app,
+        ["match", "-q", str(tmp_path / "rules.lql"), "-q", str(tmp_path / "rise.lql"), "-e", str(tmp_path / "e.csv")],
+    )
+    assert result.exit_code == 2, result.output
+    err = result.stderr.strip().splitlines()[-1]
+    assert err.startswith(f"error: {tmp_path / 'e.csv'} line 8: "), err
+    assert "'H' is derived by high (EMIT INTO H)" in err and "cannot be read from the input" in err, err

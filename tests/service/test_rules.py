@@ -176,3 +176,101 @@ def test_an_aggregate_statement_alerts_once_per_window_and_group(service: Servic
         [alert] = wait_until(alerts)
         assert alert["fields"] == {"key": 1, "speed": 15.0, "n": 2, "window_end": (start + 10 * minute) * 1000}
         assert alert["events"] == {}
+
+
+def test_emit_into_an_ingested_type_is_refused_and_a_derived_type_cannot_be_ingested(service: Service, t0: int) -> None:
+    """Issue 24 item 5 (docs/lql.md: "T must not be an ingested type"). A type registered with POST /event-types is
+    ingested even before its first event (EMIT INTO it was accepted then, and its derived events moved its
+    watermark: its real producer was refused as late); a type made by EMIT INTO stays derived while its emitter is
+    paused or deleted (its events were accepted from producers then)."""
+    with service.client() as c:
+        traffic, slow, p = _setup(c)
+        other = unique("other")
+        r = c.post("/event-types", json={"name": other, "attributes": {"key": "int", "speed": "float"}})
+        assert r.status_code == 201 and r.json()["derived"] is False, r.text
+        into_other = f"PATTERN SEQ({traffic} t) RETURN t.key AS key, t.speed AS speed EMIT INTO {other}"
+        refused = c.post("/queries", json={"name": f"{p}_o", "text": into_other})
+        assert refused.status_code == 409, refused.text
+        [err] = refused.json()["detail"]
+        assert err["field"] == "body.text", err
+        assert err["reason"].startswith(f"EMIT INTO {other}: '{other}' is an ingested event type"), err
+        # the same by PUT
+        cap = f"PATTERN SEQ({traffic} t) WHERE t.speed < 20 RETURN t.key AS key, t.speed AS speed EMIT INTO {slow}"
+        q = c.post("/queries", json={"name": f"{p}_slow", "text": cap})
+        assert q.status_code == 201, q.text
+        assert c.get(f"/event-types/{slow}").json()["derived"] is True
+        put = c.put(f"/queries/{q.json()['id']}", json={"text": into_other})
+        assert put.status_code == 409 and "is an ingested event type" in put.text, put.text
+        # the producer of the ingested type is not refused as late by derived events: there are none
+        assert c.post("/events", json=[_ev(traffic, t0 + 30 * 60_000, 1, 5.0)]).json()["accepted"] == 1
+        assert c.post("/events", json=[_ev(other, t0, 1, 5.0)]).json()["accepted"] == 1
+
+        def refused_as_derived(ts: int) -> str:
+            out = c.post("/events", json=[_ev(slow, ts, 1, 1.0)])
+            assert out.status_code == 422, out.text
+            [rej] = out.json()["rejections"]
+            assert rej["field"] == "events[0].type", rej
+            return str(rej["reason"])
+
+        # a derived event exists at t0 + 30 min: an older one is refused as derived, not as late
+        assert "derived event type" in refused_as_derived(t0)
+        assert c.post(f"/queries/{q.json()['id']}/pause").status_code == 200
+        assert f"'{slow}' is a derived event type" in refused_as_derived(t0 + 40 * 60_000)  # paused emitter
+        assert c.delete(f"/queries/{q.json()['id']}").status_code == 204
+        assert f"'{slow}' is a derived event type" in refused_as_derived(t0 + 41 * 60_000)  # no emitter left
+        # a new statement can emit into the derived type again
+        again = c.post("/queries", json={"name": f"{p}_slow2", "text": cap})
+        assert again.status_code == 201, again.text
+
+
+def test_a_filter_on_a_derived_type_holds_for_the_archive_too(service: Service, t0: int) -> None:
+    """Issue 24 item 6. One rule: the archive holds what live readers see after the FILTER rules. A FILTER on a
+    derived type dropped the events for live readers but they were archived anyway: a live-and-archived reader
+    counted 6 archived events instead of 3, and a backfill of the live reader gave 6 results where live gave 3."""
+    import time
+
+    from tests.service.test_backfills import finished
+
+    with service.client() as c:
+        traffic, slow, p = _setup(c)
+        texts = [
+            f"NAME {p}_cap PATTERN SEQ({traffic} t) WHERE t.speed < 1000 RETURN t.key AS key, t.speed AS speed "
+            f"EMIT INTO {slow}",
+            f"NAME {p}_f FILTER {slow} s DROP WHEN s.speed < 50",
+            f"NAME {p}_read PATTERN SEQ({slow} s) RETURN s.key AS key, s.speed AS speed",
+        ]
+        ids = [c.post("/queries", json={"text": text}).json()["id"] for text in texts]
+        la = c.post("/queries", json={"algorithm": "llaa", "text": (
+            f"NAME {p}_la LIVE PATTERN SEQ({traffic} p) WHERE p.speed > 1000 ARCHIVED PATTERN SEQ({slow} q) "
+            "LOOKBACK 1 hour JOIN p.key = q.key RETURN q.speed AS speed"
+        )})
+        assert la.status_code == 201, la.text
+        minute = 60_000
+        speeds = [10.0, 60.0, 20.0, 70.0, 30.0, 80.0]
+        body = [_ev(traffic, t0 + i * minute, 1, s) for i, s in enumerate(speeds)]
+        assert c.post("/events", json=body).json()["accepted"] == 6
+        # the trigger of the live side, later: every derived event is released and archived before it
+        assert c.post("/events", json=[_ev(traffic, t0 + 10 * minute, 1, 5000.0)]).json()["accepted"] == 1
+        kept = [60.0, 70.0, 80.0]
+
+        def alerts(qid: int) -> list[dict]:
+            return c.get("/alerts", params={"query_id": qid, "limit": 100}).json()["items"]  # type: ignore[no-any-return]
+
+        live = wait_until(lambda: alerts(ids[2]) if len(alerts(ids[2])) >= 3 else None)
+        assert sorted(a["fields"]["speed"] for a in live) == kept
+
+        def la_idle() -> bool:
+            s = c.get(f"/queries/{la.json()['id']}").json()["stats"]["live_archived"]
+            done = not (s["backlog_events"] or s["requests_in_flight"] or s["pending_live_instances"])
+            return done and len(alerts(la.json()["id"])) >= 3
+
+        assert wait_until(la_idle, timeout_s=120)
+        time.sleep(1.0)  # anything more would have come by now
+        assert sorted(a["fields"]["speed"] for a in alerts(la.json()["id"])) == kept  # was 6 archived events
+
+        b = c.post("/backfills", json={"query_id": ids[2], "from": t0, "to": t0 + 3_600_000})
+        assert b.status_code == 202, b.text
+        done = finished(c, b.json()["id"])
+        assert done["state"] == "succeeded" and done["matches"] == 3, done  # was 6 (where live gave 3)
+        items = c.get(f"/backfills/{done['id']}/results", params={"limit": 100}).json()["items"]
+        assert sorted(m["fields"]["speed"] for m in items) == kept

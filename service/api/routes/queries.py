@@ -133,7 +133,7 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         updated_at=iso(row.updated_at_us),
         stats=None if lq is None else _stats(lq),
         plan_choice=row.plan_choice,
-        warm=None,
+        warm=None if lq is None else lq.warm,
         totals=lq.totals() if lq is not None else dict(row.counters or {}),
     )
 
@@ -236,8 +236,9 @@ def _start(runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int) 
 
 
 def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatement, query_id: int | None) -> None:
-    """EMIT INTO: the derived type must not be an ingested type, must keep one schema, and must not close a
-    cycle (409 / 422 naming the field); registers the derived event type. Call under the lock."""
+    """EMIT INTO: the derived type must not be an ingested type (one registered with POST /event-types, whether
+    or not events came), must keep one schema, and must not close a cycle (409 / 422 naming the field);
+    registers the derived event type (``derived``: producers cannot post it). Call under the lock."""
     emit = compiled.emit_into
     if emit is None:
         return
@@ -246,12 +247,13 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
     others = runtime.emitters.get(emit, set()) - ({query_id} if query_id is not None else set())
     schema = derived_schema(tree, runtime.schemas())
     existing = session.get(EventTypeRow, emit)
-    if existing is not None and not others:
-        emitting = session.execute(
-            select(QueryRow.id).where(QueryRow.emits == emit, QueryRow.id != (query_id or 0))
-        ).first()
-        if emitting is None and emit in runtime.type_max and emit not in runtime.emitters:
-            raise ApiError(409, f"EMIT INTO {emit}: '{emit}' is an ingested event type", "body.text")
+    if existing is not None and not existing.derived:
+        raise ApiError(
+            409,
+            f"EMIT INTO {emit}: '{emit}' is an ingested event type (registered with POST /event-types); its "
+            "events come from producers, and derived ones would move its watermark: emit into another type",
+            "body.text",
+        )
     if existing is not None and dict(existing.attributes) != schema and others:
         raise ApiError(
             409,
@@ -275,7 +277,7 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
     if existing is None:
         existing = EventTypeRow(
             name=emit, attributes=schema, partition_key=None, defaults=None, allowed_lateness_us=0,
-            created_at_us=t, updated_at_us=t, interval=interval,
+            created_at_us=t, updated_at_us=t, interval=interval, derived=True,
         )
         session.add(existing)
     elif dict(existing.attributes) != schema:
@@ -292,7 +294,9 @@ StateParam = Annotated[
     Literal["warm", "reset"],
     Query(
         description="warm: rebuild the statement's state from the archive over its span (WITHIN or window) "
-        "before it goes live, as if it had always run; reset: start empty."
+        "before it goes live, as if it had always run (the answer's warm says what it fed); reset: start empty. "
+        "422 on query.state for a LIVE ... ARCHIVED query (its ARCHIVED side reads the archive itself, its live "
+        "side starts with the events after it) and with the archive off."
     ),
 ]
 HistoryParam = Annotated[
@@ -301,23 +305,35 @@ HistoryParam = Annotated[
 
 
 def _check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> None:
-    if state == "warm" and (is_live_archived(compiled) or runtime.archive is None):
-        reason = "state=warm applies to statements of the rule graph (not LIVE ... ARCHIVED), with the archive on"
+    """Refuse ``state=warm`` where it cannot apply (422 on ``query.state``, documented in docs/rest.md)."""
+    if state != "warm":
+        return
+    if is_live_archived(compiled):
+        reason = (
+            "state=warm does not apply to a LIVE ... ARCHIVED query: its ARCHIVED side reads the archive for "
+            "every live instance, and its live side matches the events ingested after it starts; register it "
+            "without state=warm"
+        )
+        raise ApiError(422, reason, "query.state")
+    if runtime.archive is None:
+        reason = "state=warm rebuilds the statement's state from the archive, and the archive is off " \
+            "(LACE_ARCHIVE_ENABLED=false)"
         raise ApiError(422, reason, "query.state")
 
 
 def _start_as_asked(
     runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int, state: str, emit_history: bool
-) -> dict[str, int] | None:
-    """Start an active query (a created or new version) and, for ``?state=warm``, warm it from the archive;
-    returns what warming fed (None: not warmed). Call under the lock, after the commit."""
+) -> None:
+    """Start an active query (a created or new version) and, for ``?state=warm``, warm it from the archive
+    (what warming fed stays on the running query: :func:`public` shows it as ``warm``). Call under the lock,
+    after the commit."""
     if row.state != "active":
-        return None
+        return
     _start(runtime, row, compiled, t)
     if state != "warm":
-        return None
+        return
     try:
-        return runtime.warm_query(row.id, emit_history=emit_history)
+        runtime.warm_query(row.id, emit_history=emit_history)
     except ValueError as e:
         raise ApiError(422, str(e), "query.state") from None
 
@@ -359,10 +375,8 @@ def create_query(
         _check_warm(state, compiled, runtime)
         session.add(row)
         session.commit()  # before the start: the partial-match store writes to this database too
-        warmed = _start_as_asked(runtime, row, compiled, t, state, emit_history)
-    out = public(row, runtime)
-    out.warm = warmed
-    return out
+        _start_as_asked(runtime, row, compiled, t, state, emit_history)
+    return public(row, runtime)  # its warm: what warming fed
 
 
 def _window_us(statement: AnyStatement) -> int | None:
@@ -587,10 +601,8 @@ def _update_now(
         row.active_since_us = t
         row.updated_at_us = t
         session.commit()
-        warmed = _start_as_asked(runtime, row, compiled, t, state, emit_history)
-    out = public(row, runtime)
-    out.warm = warmed
-    return out
+        _start_as_asked(runtime, row, compiled, t, state, emit_history)
+    return public(row, runtime)  # its warm: what warming fed
 
 
 @router.post("/{id:int}/pause", summary="Pause a query (drops its partial matches)")
@@ -660,18 +672,15 @@ def switch_query_plan(
         row = _get(session, id)
         if row.text != text:
             raise ApiError(409, "the query's text changed while its plan was chosen; try again", "id")
-        switched = None
         if row.state == "active":
             try:
-                switched = runtime.switch_plan(row.id, chosen)
+                runtime.switch_plan(row.id, chosen)
             except ValueError as e:
                 raise ApiError(409, str(e), "id") from None
         row.plan_choice = choice
         row.updated_at_us = now_us()
         session.commit()
-    out = public(row, runtime)
-    out.warm = switched
-    return out
+    return public(row, runtime)  # its warm: what the switch fed
 
 
 def _readers_of(session: Any, row: QueryRow) -> list[QueryRow]:
