@@ -132,7 +132,9 @@ def test_switching_a_running_querys_plan_loses_and_repeats_no_alert(service: Ser
             assert c.post("/events", json=batch).json()["accepted"] == len(batch)
             if plan is None:
                 continue
-            r = c.post(f"/queries/{switched['id']}/plan", json=plan)
+            # a plan trial runs on the service's Spark, which starts with its first use (20-40 s on a loaded
+            # 2-core CI machine: the client's default 30 s timed out there)
+            r = c.post(f"/queries/{switched['id']}/plan", json=plan, timeout=180)
             assert r.status_code == 200, r.text
             body = r.json()
             assert body["version"] == switched["version"] and body["warm"]["events"] > 0, body
