@@ -1,4 +1,4 @@
-"""The Delta Lake archive (DESIGN.md section 8).
+"""The Delta Lake archive (docs/architecture.md section 7.8).
 
 Write path (no Spark): :mod:`archive.schema` (event type -> Arrow schema),
 :mod:`archive.wal` (durable write-ahead log), :mod:`archive.buffer` (the recent

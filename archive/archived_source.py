@@ -1,4 +1,4 @@
-"""The Delta archive as an :class:`engine.live_archived.source.ArchiveSource` (DESIGN.md sections 7, 8).
+"""The Delta archive as an :class:`engine.live_archived.source.ArchiveSource` (docs/architecture.md sections 7.7, 7.8).
 
 :class:`SparkArchiveSource` adapts :class:`archive.extractor.Extractor` (one Spark job per archive
 request, unflushed events from the recent buffer included; Arrow rows become

@@ -1,4 +1,4 @@
-"""Backfill: run a registered query over archived history on Spark (DESIGN.md section 11, issue 7).
+"""Backfill: run a registered query over archived history on Spark (docs/architecture.md section 7.11, issue 7).
 
 :func:`run_backfill` evaluates a query over ``[from, to)`` of the archive, at a pinned snapshot
 version, through the file-list reader (:class:`archive.reader.ArchiveReader`,

@@ -1,4 +1,4 @@
-"""The archived-event extractor of 001 section 3.3, on Spark (DESIGN.md section 8).
+"""The archived-event extractor of 001 section 3.3, on Spark (docs/architecture.md section 7.8).
 
 ``extract(types, keys, ranges)`` answers one archive request with **one Spark action**:
 

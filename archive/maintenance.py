@@ -1,4 +1,4 @@
-"""Archive maintenance: compaction, vacuum, checkpoints (DESIGN.md section 8).
+"""Archive maintenance: compaction, vacuum, checkpoints (docs/architecture.md section 7.8).
 
 Run from ``lace archive compact|vacuum|checkpoint`` (:mod:`archive.cli`) or
 periodically by the service (:func:`maintain`). Every operation is a delta-rs commit

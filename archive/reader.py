@@ -1,4 +1,4 @@
-"""Reading the archive's Delta tables through Spark (DESIGN.md section 8, ARCHIVE_NOTES.md).
+"""Reading the archive's Delta tables through Spark (docs/architecture.md section 7.8, ARCHIVE_NOTES.md).
 
 Two backends give the same rows:
 

@@ -1,4 +1,4 @@
-"""Event type schemas and their Arrow / Delta forms (DESIGN.md sections 3 and 8).
+"""Event type schemas and their Arrow / Delta forms (docs/architecture.md sections 7.3 and 7.8).
 
 Three Arrow shapes of the events of one type:
 

@@ -1,4 +1,4 @@
-"""One long-lived, warmed SparkSession per process (DESIGN.md section 8, ARCHIVE_NOTES.md).
+"""One long-lived, warmed SparkSession per process (docs/architecture.md section 7.8, ARCHIVE_NOTES.md).
 
 Starting Spark costs ~9 s and its first jobs several more, so the session is built
 once (:func:`get_spark`), warmed with a job of the extractor's shape, and reused.

@@ -1,4 +1,4 @@
-"""Archive statistics for OLLAA (DESIGN.md section 7; 001 section 4.3).
+"""Archive statistics for OLLAA (docs/architecture.md section 7.7; 001 section 4.3).
 
 * :meth:`ArchiveStats.counts`: events per type and key over a union of ranges (one
   Spark job).

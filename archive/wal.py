@@ -1,4 +1,4 @@
-"""Durable write-ahead log of the archive (DESIGN.md section 8).
+"""Durable write-ahead log of the archive (docs/architecture.md section 7.8).
 
 An event is acknowledged only once it is in the log and the log is fsync'd. The log
 is a directory of segment files ``<first seq, 20 digits>.wal``; each starts with

@@ -1,4 +1,4 @@
-"""The archive writer: WAL -> recent buffer -> Delta, exactly once (DESIGN.md section 8).
+"""The archive writer: WAL -> recent buffer -> Delta, exactly once (docs/architecture.md section 7.8).
 
 ``append`` validates the events, writes them to the WAL (fsync) and to the
 :class:`~archive.buffer.RecentBuffer`, and only then returns: an acknowledged event is

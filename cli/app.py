@@ -1,4 +1,4 @@
-"""The ``lace`` command line (DESIGN.md section 12): the typer app and what its commands share.
+"""The ``lace`` command line (docs/architecture.md section 7.12): the typer app and what its commands share.
 
 One module per command registers itself on :data:`app` (``cli.match``, ``cli.explain``, ``cli.replay``, ``cli.demo``,
 ``cli.backfill``, ``cli.serve``); :mod:`cli.main` imports them all.
@@ -64,7 +64,7 @@ PmPolicyOption = Annotated[PmPolicy, typer.Option(help="Which partial matches to
 PmStoreOption = Annotated[
     str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
 ]
-"""The partial-match budget options of ``lace match`` and ``lace replay`` (DESIGN.md section 6)."""
+"""The partial-match budget options of ``lace match`` and ``lace replay`` (docs/architecture.md section 7.6)."""
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:

@@ -1,4 +1,4 @@
-"""``lace backfill``: a query over archived history ``[from, to)`` on Spark (DESIGN.md section 11)."""
+"""``lace backfill``: a query over archived history ``[from, to)`` on Spark (docs/architecture.md section 7.11)."""
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,4 @@
-"""``lace demo``: the product as users use it (DESIGN.md section 13), on bundled real data.
+"""``lace demo``: the product as users use it (docs/architecture.md section 7.13), on bundled real data.
 
 The bundled data (``cli/demo_data``, attribution in its README.md) are two real streams:
 1-minute trade bars of AIG, BAC, IBM and SPY in the week of 2013-10-07 (QuantConnect LEAN

@@ -1,4 +1,7 @@
-"""``lace match``: a live-only query over an event file, one JSON object per match (DESIGN.md section 12)."""
+"""``lace match``: a live-only query over an event file, one JSON object per match.
+
+See docs/architecture.md section 7.12.
+"""
 from __future__ import annotations
 
 import contextlib

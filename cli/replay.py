@@ -1,4 +1,6 @@
-"""``lace replay``: an event file played as a live stream against the archive it builds (DESIGN.md section 12).
+"""``lace replay``: an event file played as a live stream against the archive it builds.
+
+See docs/architecture.md section 7.12.
 
 The file is read, sorted by ``(ts, id)`` and played event by event. Every event is archived before
 the live side sees it, so the archive grows as the stream advances and a live instance finds every
@@ -118,8 +120,8 @@ def run_replay(
     Returns
     -------
     dict
-        The counters: events, late events, results, the algorithm's counters (DESIGN.md
-        section 7) and the live matcher's (section 6), and the archive writer's with Spark.
+        The counters: events, late events, results, the algorithm's counters (docs/architecture.md
+        section 7.7) and the live matcher's (section 7.6), and the archive writer's with Spark.
 
     Raises
     ------

@@ -1,4 +1,7 @@
-"""``lace serve``, ``lace db upgrade`` and ``lace keys``: run and administer the REST service (DESIGN.md section 10)."""
+"""``lace serve``, ``lace db upgrade`` and ``lace keys``: run and administer the REST service.
+
+See docs/architecture.md section 7.10.
+"""
 from __future__ import annotations
 
 from typing import Annotated, Any

@@ -1,4 +1,4 @@
-"""``compile_query``: LQL text -> a stateless :class:`CompiledQuery` (DESIGN.md section 5).
+"""``compile_query``: LQL text -> a stateless :class:`CompiledQuery` (docs/architecture.md section 7.5).
 
 The compiled query holds the NFA plans and nothing per key; per-key state lives
 in :class:`engine.matcher.Matcher` (Flink CEP's NFA / NFAState split).
@@ -294,4 +294,4 @@ def choose_plan(
     return "tree", trees
 
 
-compile = compile_query  # noqa: A001 - the name DESIGN.md section 5 uses
+compile = compile_query  # noqa: A001 - the name docs/architecture.md section 7.5 uses

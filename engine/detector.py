@@ -1,4 +1,4 @@
-"""One compile entry point and one detector interface for every kind of query (DESIGN.md sections 5 and 7).
+"""One compile entry point and one detector interface for every kind of query (docs/architecture.md sections 7.5, 7.7).
 
 :func:`compile` turns LQL text into a :data:`Statement`: a live-only :class:`~engine.compiler.CompiledQuery`
 or a live-and-archived :class:`~engine.live_archived.plan.LiveArchivedPlan`. :func:`make_detector` builds
@@ -63,7 +63,7 @@ class Detector(Protocol):
     def next_deadline(self) -> int | None: ...
 
 
-def compile(  # noqa: A001 - the engine's entry point, as DESIGN.md section 5 names it
+def compile(  # noqa: A001 - the engine's entry point, as docs/architecture.md section 7.5 names it
     source: str | Query,
     schemas: Schema | None = None,
     *,
@@ -176,7 +176,7 @@ def make_detector(
         Per event type or for all, int microseconds: how far out of order events may arrive.
     pm_capacity, pm_policy, pm_store, pm_query_id
         Partial-match budget, TPM/STPM, store and the name of this detector's rows in the store
-        (unique per store; default the query's NAME) of the live matcher (DESIGN.md section 6).
+        (unique per store; default the query's NAME) of the live matcher (docs/architecture.md section 7.6).
     defer : callable, optional
         Live-and-archived only: receives each archive request (an :class:`ArchiveWork`) instead of
         running it at once, so the caller answers it in the background (SLLAA, LLAA, OLLAA live-driven).

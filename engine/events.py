@@ -1,4 +1,4 @@
-"""Events: the unit of every stream (DESIGN.md section 3)."""
+"""Events: the unit of every stream (docs/architecture.md section 7.3)."""
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""Event files in, match files out (DESIGN.md sections 3 and 12).
+"""Event files in, match files out (docs/architecture.md sections 7.3 and 7.12).
 
 Event files are CSV with a header ``id,type,ts,<attrs...>``, JSONL with the same fields, or
 Parquet with those columns, read column by column (:mod:`engine.event_files`: one type per

@@ -79,7 +79,7 @@ class Match:
         return frozenset((var, tuple(e.id for e in evs)) for var, evs in self.events.items() if evs)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON object of DESIGN.md section 12: query, events (ids), start, end, fields."""
+        """The JSON object of docs/architecture.md section 7.12: query, events (ids), start, end, fields."""
         return {
             "query": self.query,
             "events": self.ids(),

@@ -1,6 +1,6 @@
 """Match files: matches written in batches as JSONL (one object per line) or Parquet.
 
-A JSONL line is ``Match.to_json()`` as compact JSON (DESIGN.md section 12)::
+A JSONL line is ``Match.to_json()`` as compact JSON (docs/architecture.md section 7.12)::
 
     {"query":NAME,"events":{"a":[1],"b":[4,5]},"start":US,"end":US,"fields":{...}}
 

@@ -1,10 +1,10 @@
-"""The live matcher: event time, partition keys and per-key NFA state (DESIGN.md section 5).
+"""The live matcher: event time, partition keys and per-key NFA state (docs/architecture.md section 7.5).
 
 ``Matcher(query).push(event) -> list[Match]`` and ``advance(watermark) -> list[Match]``,
 like Flink CEP's ``process`` / ``advance_time``: the compiled query is stateless,
 the matcher owns one state per (partition key, plan).
 
-Event time (DESIGN.md section 3): events are released to the NFA in (ts_end, id) order ((ts, id)
+Event time (docs/architecture.md section 7.3): events are released to the NFA in (ts_end, id) order ((ts, id)
 for point events, whose ts_end is ts; an interval event is complete at its end, issue 15).
 Below, "ts" is the event's ts_end. An event of type T is **late**, and rejected with :class:`LateEventError`,
 when ``ts < max seen ts - allowed_lateness[T]``, when ``ts`` is at or before a

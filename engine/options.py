@@ -1,5 +1,5 @@
 """The names users choose between, defined once: selection strategies, live-and-archived algorithms,
-partial-match policies and storages (DESIGN.md sections 4-7).
+partial-match policies and storages (docs/architecture.md sections 7.4-7.7).
 
 The CLI (``cli/``) and the REST API (``service/schemas``) reuse these enums; the engine accepts their
 values as plain strings too (``StrEnum`` members are strings).
@@ -10,7 +10,7 @@ from enum import StrEnum
 
 
 class Strategy(StrEnum):
-    """Event selection strategies (DESIGN.md section 4; SASE+)."""
+    """Event selection strategies (docs/architecture.md section 7.4; SASE+)."""
 
     skip_till_any_match = "skip_till_any_match"
     skip_till_next_match = "skip_till_next_match"
@@ -19,7 +19,7 @@ class Strategy(StrEnum):
 
 
 class Algorithm(StrEnum):
-    """Live-and-archived algorithms (001 section 4; DESIGN.md section 7)."""
+    """Live-and-archived algorithms (001 section 4; docs/architecture.md section 7.7)."""
 
     sllaa = "sllaa"
     ollaa = "ollaa"

@@ -1,1 +1,4 @@
-"""The LACE service: REST API, persistence, webhooks, ingest and the ``lace`` command line (DESIGN.md section 10)."""
+"""The LACE service: REST API, persistence, webhooks, ingest and the ``lace`` command line.
+
+See docs/architecture.md section 7.10.
+"""

@@ -1,4 +1,4 @@
-"""Backfills in the service: queued in the database, run one at a time on Spark (DESIGN.md section 11).
+"""Backfills in the service: queued in the database, run one at a time on Spark (docs/architecture.md section 7.11).
 
 :class:`BackfillRunner` owns one worker thread. ``POST /backfills`` writes a ``queued`` row and wakes
 it; the worker takes the oldest queued row, flushes the archive writer's recent buffer (so every event

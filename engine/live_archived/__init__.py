@@ -1,4 +1,4 @@
-"""Live-and-archived detection: ALAA, LLAA, OLLAA and SLLAA (DESIGN.md section 7; 001 section 4).
+"""Live-and-archived detection: ALAA, LLAA, OLLAA and SLLAA (docs/architecture.md section 7.7; 001 section 4).
 
 - :mod:`~engine.live_archived.plan`: compile ``LIVE ... ARCHIVED ... LOOKBACK ... JOIN`` queries;
 - :mod:`~engine.live_archived.source`: the archive protocol and an in-memory archive;

@@ -1,4 +1,4 @@
-"""What the four live-and-archived algorithms share (001 section 4, DESIGN.md section 7).
+"""What the four live-and-archived algorithms share (001 section 4, docs/architecture.md section 7.7).
 
 A :class:`Runner` owns the live matcher of ``P_L`` and offers the engine's verbs: ``push(event)``,
 ``advance(watermark)``, ``flush()``, ``stats()``. Each algorithm decides *when* it asks the archive
@@ -97,7 +97,7 @@ class Runner:
     source : ArchiveSource
         The archive (it must hold every pushed event before the next request).
     pm_capacity, pm_policy, pm_store, pm_query_id
-        Partial-match management of the live matcher (DESIGN.md section 6), as for
+        Partial-match management of the live matcher (docs/architecture.md section 7.6), as for
         :class:`engine.matcher.Matcher`.
     clock : callable
         Wall clock in seconds (``time.perf_counter``), for the wall-time delays.

@@ -1,4 +1,4 @@
-"""Counters of a live-and-archived run (DESIGN.md section 7).
+"""Counters of a live-and-archived run (docs/architecture.md section 7.7).
 
 Every algorithm reports the same counters, so runs compare like for like: archive requests,
 archived events scanned, archived instances found, join pairs tried, results, wall time, and the

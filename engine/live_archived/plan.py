@@ -1,4 +1,4 @@
-"""A compiled live-and-archived query (DESIGN.md section 4, "Live-and-archived queries").
+"""A compiled live-and-archived query (docs/architecture.md section 7.4, "Live-and-archived queries").
 
 :func:`compile_live_archived` compiles both sides with :func:`engine.compiler.compile_query`, the
 JOIN into closures over ``(live Match, archived Match)`` and the RETURN over both sides' variables

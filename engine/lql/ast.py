@@ -1,4 +1,4 @@
-"""Syntax tree of LQL, the LACE query language (DESIGN.md section 4).
+"""Syntax tree of LQL, the LACE query language (docs/architecture.md section 7.4).
 
 The parser (:mod:`engine.lql.parser`) turns query text into these immutable
 dataclasses; the semantic checks validate them; the NFA compiler
@@ -340,7 +340,7 @@ class PatternQuery:
     pos: Pos = NOPOS
     emit_into: str | None = None
     """``EMIT INTO T``: each match becomes an event of the derived type ``T`` (ts = the match's end,
-    attributes = the RETURN fields) instead of an alert (layered rules, 003; DESIGN.md section 9)."""
+    attributes = the RETURN fields) instead of an alert (layered rules, 003; docs/architecture.md section 7.9)."""
     # plans (issue 16): PLAN clause and where it is (for errors)
     plan: str = "auto"
     plan_pos: Pos = NOPOS
@@ -348,7 +348,7 @@ class PatternQuery:
 
 @dataclass(frozen=True, slots=True)
 class LiveArchivedQuery:
-    """``LIVE ... ARCHIVED ... LOOKBACK d JOIN cond RETURN ...`` (DESIGN.md section 4).
+    """``LIVE ... ARCHIVED ... LOOKBACK d JOIN cond RETURN ...`` (docs/architecture.md section 7.4).
 
     ``lookback_us``: the archive access range of a live instance I is
     ``[I.start - lookback_us, I.start)``.

@@ -680,7 +680,7 @@ def parse(text: str, schemas: ast.Schema | None = None) -> ast.Query:
     Parameters
     ----------
     text : str
-        The query (DESIGN.md section 4; reference in docs/lql.md). Keywords are case-insensitive,
+        The query (docs/architecture.md section 7.4; reference in docs/lql.md). Keywords are case-insensitive,
         ``--`` starts a comment that runs to the end of the line.
     schemas : dict, optional
         Event type name -> {attribute name -> type name}, type names being ``string``, ``int``,

@@ -1,4 +1,4 @@
-"""Compile a validated pattern query into NFA plans (DESIGN.md section 5).
+"""Compile a validated pattern query into NFA plans (docs/architecture.md section 7.5).
 
 Each linear plan (:mod:`engine.nfa.plans`) becomes a :class:`NFAPlan`: one
 :class:`Slot` per positive component (SASE+ NFA^b states: *begin* binds the

@@ -1,4 +1,4 @@
-"""The partial-match buffer (PMB): at most ``capacity`` partial matches in memory (DESIGN.md section 6).
+"""The partial-match buffer (PMB): at most ``capacity`` partial matches in memory (docs/architecture.md section 7.6).
 
 After Peng et al., *Complex Event Processing over Live Archived Data Streams*
 (001_e24f905c15fdf08b.txt, section 5, Procedure 1). The matcher calls :meth:`before`

@@ -1,7 +1,7 @@
 """The partial-match store (PMS) interface and an in-memory implementation.
 
 The SQL implementation (SQLAlchemy; SQLite or PostgreSQL) lives in ``service.db.pm_store`` so that
-``engine`` stays free of database imports (DESIGN.md section 2).
+``engine`` stays free of database imports (docs/architecture.md section 1).
 """
 from __future__ import annotations
 

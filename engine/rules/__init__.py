@@ -1,2 +1,2 @@
-"""Layered rules (003; DESIGN.md section 9): filter rules, derived streams (``EMIT INTO``), windowed
+"""Layered rules (003; docs/architecture.md section 7.9): filter rules, derived streams (``EMIT INTO``), windowed
 continuous queries, and the rule graph that runs several statements over one stream."""

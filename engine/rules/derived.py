@@ -1,7 +1,7 @@
 """Derived streams (``EMIT INTO T``): the schema of a derived event type and the events a statement emits.
 
 003 section 3 (the capture and continuous-query layers feed later layers through derived streams);
-DESIGN.md section 9. A statement's results become events of type ``T``:
+docs/architecture.md section 7.9. A statement's results become events of type ``T``:
 
 - a pattern (or live-and-archived) statement: ts = the match's end (the event that completed it),
   attributes = its RETURN fields;

@@ -1,7 +1,7 @@
 """The rule graph: several statements over one stream, with filters first and derived streams between them.
 
 003 (sections 3 and 4: the filter, capture, continuous-query and CEP layers; rules inserted, updated and
-deleted while the stream runs); DESIGN.md section 9. One :class:`RuleGraph` holds every statement of a
+deleted while the stream runs); docs/architecture.md section 7.9. One :class:`RuleGraph` holds every statement of a
 ``lace match`` run or of the service:
 
 - **FILTER** rules run first, on every event of their type (:meth:`RuleGraph.filter`); a dropped event

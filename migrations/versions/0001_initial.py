@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-11-22 06:31:18.737972
 
-Tables of DESIGN.md section 10 (the partial-match store comes in a later revision).
+Tables of docs/architecture.md section 7.10 (the partial-match store comes in a later revision).
 Times are int64 microseconds UTC; deleting a query cascades to its webhooks, alerts and deliveries.
 """
 from __future__ import annotations

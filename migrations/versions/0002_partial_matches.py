@@ -1,4 +1,4 @@
-"""partial-match store: spilled partial matches (TPM/STPM, DESIGN.md section 6)
+"""partial-match store: spilled partial matches (TPM/STPM, docs/architecture.md section 7.6)
 
 Revision ID: 0002
 Revises: 0001

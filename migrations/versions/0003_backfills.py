@@ -1,4 +1,4 @@
-"""backfills: runs of a registered query over archived history on Spark (DESIGN.md section 11)
+"""backfills: runs of a registered query over archived history on Spark (docs/architecture.md section 7.11)
 
 Revision ID: 0003
 Revises: 0002

@@ -2,7 +2,7 @@
 
 Measured: events in/late/rejected, matches, alerts, deliveries, partial matches in memory,
 archive buffer and WAL, backfills (Spark job groups). Exposed at 0 until their subsystem exists
-in the service: partial matches spilled (STPM, DESIGN.md section 6).
+in the service: partial matches spilled (STPM, docs/architecture.md section 7.6).
 """
 from __future__ import annotations
 

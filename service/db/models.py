@@ -3,7 +3,7 @@
 Every time is an int64 of microseconds since the Unix epoch, UTC (``*_us``), so SQLite and
 PostgreSQL store and compare them alike. Deleting a query deletes its webhooks, alerts and
 deliveries (``ON DELETE CASCADE``); deleting a webhook only marks it deleted (its log stays).
-The partial-match store (DESIGN.md section 2) will add its own tables in a later migration.
+The partial-match store (docs/architecture.md section 1) will add its own tables in a later migration.
 """
 from __future__ import annotations
 

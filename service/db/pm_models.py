@@ -1,4 +1,4 @@
-"""The partial-match store's table (DESIGN.md section 6): spilled partial matches, one row per batch."""
+"""The partial-match store's table (docs/architecture.md section 7.6): spilled partial matches, one row per batch."""
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Index, Integer, LargeBinary, String, Text

@@ -68,7 +68,7 @@ class ChildSpec:
         Per event type, int microseconds.
     lateness_us : int
         The largest of them.
-    pm_capacity, pm_policy, pm_query_id : partial-match budget (DESIGN.md section 6)
+    pm_capacity, pm_policy, pm_query_id : partial-match budget (docs/architecture.md section 7.6)
     pm_store_url : str, optional
         SQLAlchemy URL of the partial-match store (the child opens its own connection).
     lookup_workers : int

@@ -1,6 +1,6 @@
 """Live-and-archived queries in the service: off the ingest path, archive requests on a bounded pool.
 
-A live-and-archived query (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``; DESIGN.md sections 4, 7, 10)
+A live-and-archived query (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``; docs/architecture.md sections 7.4, 7.7, 7.10)
 runs in a :class:`LiveArchivedWorker`: a thread that owns the query's runner (ALAA, LLAA, OLLAA or
 SLLAA, 001 section 4) and takes the events ingest hands it (:meth:`LiveArchivedWorker.offer`: a
 queue append, never a wait). The runner defers every archive request it can (an SLLAA subwindow, an

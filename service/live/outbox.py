@@ -1,4 +1,4 @@
-"""Alerts and their outbox rows, written in one transaction (DESIGN.md section 10).
+"""Alerts and their outbox rows, written in one transaction (docs/architecture.md section 7.10).
 
 An alert is recorded once per (query, event ids): ``dedup_key`` is the SHA-256 of the
 match's variable -> event ids map, and inserting a known one does nothing. That is what

@@ -3,7 +3,7 @@
 A live-only query runs on a :class:`~engine.matcher.Matcher` in the ingest path; a live-and-archived
 query on a :class:`~service.live.live_archived.LiveArchivedWorker` (its own thread, archive requests
 on a bounded pool: ingest never waits for Spark). Every query runs under a partial-match budget
-(``pm_capacity``, STPM or TPM spilling to the database's partial-match table; DESIGN.md section 6).
+(``pm_capacity``, STPM or TPM spilling to the database's partial-match table; docs/architecture.md section 7.6).
 
 Ingest (``POST /events``) runs under one lock, in this order: validate every event, make
 the accepted ones durable in the archive (WAL fsync), push them to the matchers of their
@@ -11,7 +11,7 @@ type and hand them to the live-and-archived workers, then commit the live-only q
 with their outbox rows in one transaction. Only then is the request answered and the dispatcher
 woken. Live-and-archived results are committed by their worker, the same way, when they are found.
 
-Event time (DESIGN.md section 3), per stream: each event type T has its newest accepted ts
+Event time (docs/architecture.md section 7.3), per stream: each event type T has its newest accepted ts
 ``max_seen[T]`` and its watermark ``max_seen[T] - lateness(T)``; an event of T is late, and
 rejected, when its ts is behind T's watermark, whatever other types do (unrelated streams need not
 arrive in one global time order). An event more than ``max_future_skew`` ahead of both the wall

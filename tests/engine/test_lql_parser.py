@@ -1,4 +1,4 @@
-"""LQL text -> syntax tree: every construct, the DESIGN.md examples, case, comments, clashes."""
+"""LQL text -> syntax tree: every construct, docs/architecture.md section 7.4's examples, case, comments, clashes."""
 from __future__ import annotations
 
 import dataclasses
@@ -61,7 +61,7 @@ def where_of(text: str) -> ast.Expr:
     return nopos(query.where)
 
 
-# ------------------------------------------------------------------------ DESIGN.md examples
+# ------------------------------------------------------------------------ docs/architecture.md section 7.4 examples
 
 REBOUND = """NAME rebound
 PATTERN SEQ(Stock a, Stock+ b[], Stock c)

@@ -1,4 +1,4 @@
-"""Partial-match management: spilling never changes results (DESIGN.md section 6).
+"""Partial-match management: spilling never changes results (docs/architecture.md section 7.6).
 
 With ``pm_capacity=10`` (and a spill batch of 1-3), every strategy, both storages and both
 policies give exactly the matches of an unbounded matcher; the counters add up.

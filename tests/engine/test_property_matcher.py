@@ -1,4 +1,4 @@
-"""Property test: the matcher's result set equals the brute-force oracle's (DESIGN.md section 5).
+"""Property test: the matcher's result set equals the brute-force oracle's (docs/architecture.md section 7.5).
 
 Random queries (SEQ/AND/OR, Kleene plus and star, ANY, middle and trailing
 negation, WHERE with iterative conditions, arithmetic, durations, windows,

@@ -1,4 +1,4 @@
-"""``lace replay`` (DESIGN.md section 12) with the memory archive: results, counters, one-line errors."""
+"""``lace replay`` (docs/architecture.md section 7.12) with the memory archive: results, counters, one-line errors."""
 from __future__ import annotations
 
 import json

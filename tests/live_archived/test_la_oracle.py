@@ -1,4 +1,4 @@
-"""Every algorithm equals the brute-force oracle on random small streams (DESIGN.md section 7).
+"""Every algorithm equals the brute-force oracle on random small streams (docs/architecture.md section 7.7).
 
 Random live and archived patterns (every operator, Kleene, negation, windows, partitions,
 strategies), random JOINs and look-backs, over streams of up to 25 events, with a memory archive.

@@ -1,4 +1,4 @@
-"""Live-and-archived queries in the service (DESIGN.md sections 7 and 10): registered over REST, run with
+"""Live-and-archived queries in the service (docs/architecture.md sections 7.7 and 7.10): registered over REST, run with
 SLLAA / OLLAA / LLAA on the service's own Delta archive through its Spark session, alerts by webhook.
 
 Real ``lace serve`` (uvicorn subprocess, its own local Spark), real receiver, SQLite and PostgreSQL. The
