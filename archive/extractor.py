@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from archive.buffer import RecentBuffer
 from archive.ranges import Ranges, Request, hull, make_request
-from archive.reader import ArchiveReader
+from archive.reader import ArchiveReader, iso_us
 from archive.schema import EventType, conform, output_schema
 
 if TYPE_CHECKING:
@@ -185,6 +185,12 @@ def _type_sql(
     span = hull(request)
     if span is not None:  # coarse bounds Parquet can push down to row groups; the join is exact
         where += f" AND {end} >= timestamp_micros({span[0]}L) AND t.ts < timestamp_micros({span[1]}L)"
+        if "date" in present:  # the partition column (UTC date of ts): whole days skipped before any file is opened
+            last_day, first_day = iso_us(span[1] - 1), iso_us(span[0])
+            if last_day is not None:
+                where += f" AND t.date <= '{last_day[:10]}'"
+            if first_day is not None and not etype.interval:  # an interval ending in range may start days before
+                where += f" AND t.date >= '{first_day[:10]}'"
     return f"SELECT /*+ BROADCAST(r) */ {', '.join(cols)} FROM {view} t JOIN ({req}) r ON {on} WHERE {where}"
 
 

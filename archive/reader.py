@@ -166,6 +166,7 @@ class ArchiveReader:
         ) else "filelist"
         self._lock = threading.Lock()
         self._tables: OrderedDict[tuple[str, int], tuple[DeltaTable, Any]] = OrderedDict()
+        self._frames: OrderedDict[tuple[str, int], DataFrame] = OrderedDict()
         self._types: dict[str, EventType] = {}
         self._types_stamp = -1
         self._latest: dict[str, DeltaTable] = {}
@@ -250,7 +251,20 @@ class ArchiveReader:
     def scan(self, name: str, *, version: int, request: Request | None = None) -> DataFrame:
         """A DataFrame over ``name`` at ``version``: a superset of the rows matching ``request`` (filter it)."""
         if self.backend == "native":
-            return self.spark.read.format("delta").option("versionAsOf", version).load(self.table_uri(name))
+            # One DataFrame per (table, version), reused: loading it resolves the version's snapshot (a Spark job of
+            # Delta's own), which a pinned version never needs to do again.
+            key = (name, version)
+            with self._lock:
+                frame = self._frames.get(key)
+                if frame is not None:
+                    self._frames.move_to_end(key)
+                    return frame
+            frame = self.spark.read.format("delta").option("versionAsOf", version).load(self.table_uri(name))
+            with self._lock:
+                self._frames[key] = frame
+                while len(self._frames) > _CACHE_SIZE:
+                    self._frames.popitem(last=False)
+            return frame
         _, schema = self._table(name, version)
         paths = self.files(name, version=version, request=request)
         if not paths:
