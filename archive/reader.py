@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from archive.ranges import Range, Request, time_union
 from archive.schema import CATALOG_FILE, EventType, load_catalog
@@ -37,6 +37,7 @@ SAFE_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtoco
 MAX_PRUNING_TERMS = 256  # (key, interval) pairs; beyond, prune by the union of intervals and the key set
 STATS_SLACK_US = 1_000  # ts min/max stats in the Delta log are truncated to milliseconds
 _CACHE_SIZE = 32
+_T = TypeVar("_T")
 
 
 class UnreadableTableError(RuntimeError):
@@ -219,25 +220,32 @@ class ArchiveReader:
         current = self.snapshot([n for n in names if n not in version])
         return {**current, **{n: v for n, v in version.items() if n in names}}
 
-    def _table(self, name: str, version: int) -> tuple[DeltaTable, Any]:
-        from deltalake import DeltaTable
-        from pyspark.sql.types import StructType
-
-        key = (name, version)
+    def _cached(self, cache: OrderedDict[tuple[str, int], _T], key: tuple[str, int], build: Callable[[], _T]) -> _T:
+        """``cache[key]``, built by ``build()`` (outside the lock) on a miss; least recently used entries beyond
+        :data:`_CACHE_SIZE` are dropped."""
         with self._lock:
-            hit = self._tables.get(key)
+            hit = cache.get(key)
             if hit is not None:
-                self._tables.move_to_end(key)
+                cache.move_to_end(key)
                 return hit
-        dt = DeltaTable(self.table_uri(name), version=version)
-        if self.backend == "filelist":
-            check_filelist_readable(dt, name)
-        schema = StructType.fromJson(json.loads(dt.schema().to_json()))
+        value = build()
         with self._lock:
-            self._tables[key] = (dt, schema)
-            while len(self._tables) > _CACHE_SIZE:
-                self._tables.popitem(last=False)
-        return dt, schema
+            cache[key] = value
+            while len(cache) > _CACHE_SIZE:
+                cache.popitem(last=False)
+        return value
+
+    def _table(self, name: str, version: int) -> tuple[DeltaTable, Any]:
+        def build() -> tuple[DeltaTable, Any]:
+            from deltalake import DeltaTable
+            from pyspark.sql.types import StructType
+
+            dt = DeltaTable(self.table_uri(name), version=version)
+            if self.backend == "filelist":
+                check_filelist_readable(dt, name)
+            return dt, StructType.fromJson(json.loads(dt.schema().to_json()))
+
+        return self._cached(self._tables, (name, version), build)
 
     # ------------------------------------------------------------------ reading
 
@@ -253,18 +261,12 @@ class ArchiveReader:
         if self.backend == "native":
             # One DataFrame per (table, version), reused: loading it resolves the version's snapshot (a Spark job of
             # Delta's own), which a pinned version never needs to do again.
-            key = (name, version)
-            with self._lock:
-                frame = self._frames.get(key)
-                if frame is not None:
-                    self._frames.move_to_end(key)
-                    return frame
-            frame = self.spark.read.format("delta").option("versionAsOf", version).load(self.table_uri(name))
-            with self._lock:
-                self._frames[key] = frame
-                while len(self._frames) > _CACHE_SIZE:
-                    self._frames.popitem(last=False)
-            return frame
+            uri = self.table_uri(name)
+            return self._cached(
+                self._frames,
+                (name, version),
+                lambda: self.spark.read.format("delta").option("versionAsOf", version).load(uri),
+            )
         _, schema = self._table(name, version)
         paths = self.files(name, version=version, request=request)
         if not paths:
