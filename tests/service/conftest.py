@@ -163,9 +163,14 @@ def database_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def service(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     """One running service per database kind, shared by the tests that create their own types and queries."""
-    tmp = tmp_path_factory.mktemp(f"svc-{database_kind}")
+    yield from run_service(database_kind, tmp_path_factory.mktemp(f"svc-{database_kind}"))
+
+
+def run_service(database_kind: str, tmp: Path, **settings: Any) -> Iterator[Service]:
+    """A started service (``settings`` as for :func:`make_service`) on a fresh database of ``database_kind``, data
+    under ``tmp``; stopped afterwards."""
     for db in make_database(database_kind, tmp):
-        svc = make_service(db, tmp / "data")
+        svc = make_service(db, tmp / "data", **settings)
         svc.start()
         try:
             yield svc

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.service.conftest import CLOCK, Receiver, Service, make_database, make_service
+from tests.service.conftest import CLOCK, Receiver, Service, run_service
 
 PAIR = "NAME pair PATTERN SEQ(hi a, hi b) PARTITION BY key WITHIN 2 min RETURN a.v AS av, b.v AS bv"
 EMITTERS = {
@@ -48,13 +48,7 @@ def phases(t0: int) -> list[list[dict[str, Any]]]:
 
 @contextmanager
 def running(kind: str, tmp: Path, **settings: Any) -> Iterator[Service]:
-    for db in make_database(kind, tmp):
-        svc = make_service(db, tmp / "data", **settings)
-        svc.start()
-        try:
-            yield svc
-        finally:
-            svc.stop()
+    yield from run_service(kind, tmp, **settings)
 
 
 def restart(svc: Service, fault: str | None) -> None:

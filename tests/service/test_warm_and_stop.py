@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.conftest import Database, Service, make_database, make_service, unique, wait_until
+from tests.service.conftest import Service, run_service, unique, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
@@ -25,14 +25,7 @@ MINUTE = 60_000
 @pytest.fixture
 def own_service(database_kind: str, tmp_path: Path) -> Iterator[Service]:
     """A service of the test's own: the test stops it."""
-    db: Database
-    for db in make_database(database_kind, tmp_path):
-        svc = make_service(db, tmp_path / "data")
-        svc.start()
-        try:
-            yield svc
-        finally:
-            svc.stop()
+    yield from run_service(database_kind, tmp_path)
 
 
 def _type(c: httpx.Client) -> str:

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from service.core.config import Settings
-from tests.service.conftest import Database, Receiver, Service, make_database, make_service, wait_until
+from tests.service.conftest import Database, Receiver, Service, make_service, run_service, wait_until
 from tests.service.test_api_e2e import drop_query, ev, make_type, post
 
 HARD = {
@@ -36,14 +36,7 @@ HARD = {
 
 @pytest.fixture(scope="module")
 def hsvc(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
-    tmp = tmp_path_factory.mktemp(f"wh-{database_kind}")
-    for db in make_database(database_kind, tmp):
-        svc = make_service(db, tmp / "data", **HARD)
-        svc.start()
-        try:
-            yield svc
-        finally:
-            svc.stop()
+    yield from run_service(database_kind, tmp_path_factory.mktemp(f"wh-{database_kind}"), **HARD)
 
 
 def verify_any(secret: str, rec: dict[str, Any]) -> bool:
