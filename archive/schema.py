@@ -40,7 +40,7 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
     "timestamp": TS_TYPE,
 }
-RESERVED = frozenset({"id", "ts", "type", "date", "ingested_at", "ts_end", "duration"})
+RESERVED = frozenset({"id", "ts", "type", "date", "ingested_at", "ingest_seq", "ts_end", "duration"})
 US_PER_DAY = 86_400_000_000
 _NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 CATALOG_FILE = "_lace/types.json"
@@ -72,7 +72,7 @@ class EventType:
     --------
     >>> t = EventType("traffic", {"key": "string", "speed": "int"}, key="key")
     >>> t.record_schema().names
-    ['id', 'ts', 'key', 'speed', 'ingested_at']
+    ['id', 'ts', 'key', 'speed', 'ingested_at', 'ingest_seq']
     >>> t.evolve(EventType("traffic", {"status": "string"})).attributes
     {'key': 'string', 'speed': 'int', 'status': 'string'}
     """
@@ -120,12 +120,18 @@ class EventType:
         return EventType(self.name, merged, self.key if self.key is not None else newer.key, self.interval)
 
     def record_schema(self) -> pa.Schema:
-        """WAL / recent-buffer schema: ``id``, ``ts``, attributes, ``ingested_at``."""
+        """WAL / recent-buffer schema: ``id``, ``ts``, attributes, ``ingested_at``, ``ingest_seq``.
+
+        ``ingest_seq`` (nullable int64) is the event's position in the service's durable ingest order
+        (docs/architecture.md section 4): the restart replay reads from a statement's checkpointed position
+        and feeds events in this order. Null for events that were not ingested by the live runtime (derived
+        events, tables appended directly, rows written before the column existed)."""
         cols = [pa.field("id", pa.int64(), nullable=False), pa.field("ts", TS_TYPE, nullable=False)]
         if self.interval:
             cols.append(pa.field("ts_end", TS_TYPE, nullable=False))
         cols += [pa.field(a, ARROW_TYPES[k]) for a, k in self.attributes.items()]
         cols.append(pa.field("ingested_at", TS_TYPE, nullable=False))
+        cols.append(pa.field("ingest_seq", pa.int64()))
         return pa.schema(cols)
 
     def table_schema(self) -> pa.Schema:
@@ -163,13 +169,17 @@ def output_schema(types: Sequence[EventType]) -> pa.Schema:
     return pa.schema(cols)
 
 
-def events_to_record(etype: EventType, events: Sequence[Event], *, ingested_at_us: int) -> pa.Table:
+def events_to_record(
+    etype: EventType, events: Sequence[Event], *, ingested_at_us: int, ingest_seqs: Sequence[int] | None = None
+) -> pa.Table:
     """Events of ``etype`` -> a record-shaped Arrow table (column by column: no per-row dicts).
 
     Parameters
     ----------
     ingested_at_us : int
         Wall-clock ingest time, int microseconds UTC, stored with every event.
+    ingest_seqs : sequence of int, optional
+        Each event's position in the durable ingest order (``ingest_seq``; None: nulls).
 
     Raises
     ------
@@ -202,6 +212,9 @@ def events_to_record(etype: EventType, events: Sequence[Event], *, ingested_at_u
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:
         raise SchemaError(f"events of type {etype.name} do not fit its schema: {exc}") from exc
     cols.append(pa.array([ingested_at_us] * len(events), pa.int64()).cast(TS_TYPE))
+    if ingest_seqs is not None and len(ingest_seqs) != len(events):
+        raise ValueError(f"{len(ingest_seqs)} ingest_seqs for {len(events)} events")
+    cols.append(pa.array(ingest_seqs if ingest_seqs is not None else [None] * len(events), pa.int64()))
     return pa.Table.from_arrays(cols, schema=schema)
 
 
@@ -221,7 +234,8 @@ def normalize_record(etype: EventType, table: pa.Table, *, ingested_at_us: int) 
             raise SchemaError(f"type {etype.name}: column {required!r} is required")
     if etype.interval and "ts_end" not in names:
         raise SchemaError(f"type {etype.name}: column 'ts_end' is required (an interval type)")
-    extra = names - set(etype.attributes) - {"id", "ts", "ingested_at"} - ({"ts_end"} if etype.interval else set())
+    extra = names - set(etype.attributes) - {"id", "ts", "ingested_at", "ingest_seq"}
+    extra -= {"ts_end"} if etype.interval else set()
     if extra:
         raise SchemaError(f"type {etype.name}: unknown column(s) {', '.join(sorted(extra))}; register them first")
     n = table.num_rows

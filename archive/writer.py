@@ -156,18 +156,30 @@ class ArchiveWriter:
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, events: Iterable[Event], *, ingested_at_us: int | None = None) -> int:
+    def append(
+        self, events: Iterable[Event], *, ingested_at_us: int | None = None, ingest_seqs: Iterable[int] | None = None
+    ) -> int:
         """Make ``events`` durable and buffered; return how many were acknowledged.
 
-        ``ingested_at_us`` stamps them (default: now, int us UTC). Nothing is written when any event is
-        invalid (:class:`SchemaError`).
+        ``ingested_at_us`` stamps them (default: now, int us UTC); ``ingest_seqs``, parallel to ``events``, is
+        each one's position in the service's durable ingest order (stored as ``ingest_seq``; None: null).
+        Nothing is written when any event is invalid (:class:`SchemaError`).
         """
         groups: dict[str, list[Event]] = {}
-        for e in events:
-            groups.setdefault(e.type, []).append(e)
+        seqs: dict[str, list[int]] = {}
+        if ingest_seqs is None:
+            for e in events:
+                groups.setdefault(e.type, []).append(e)
+        else:
+            for e, q in zip(events, ingest_seqs, strict=True):
+                groups.setdefault(e.type, []).append(e)
+                seqs.setdefault(e.type, []).append(q)
         now_us = time.time_ns() // 1_000 if ingested_at_us is None else ingested_at_us
         return self._append(
-            [(self._type(n), events_to_record(self._type(n), evs, ingested_at_us=now_us)) for n, evs in groups.items()]
+            [
+                (self._type(n), events_to_record(self._type(n), evs, ingested_at_us=now_us, ingest_seqs=seqs.get(n)))
+                for n, evs in groups.items()
+            ]
         )
 
     def append_table(self, type_name: str, table: pa.Table) -> int:

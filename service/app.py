@@ -145,7 +145,6 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     )
     for row in type_rows:
         runtime.set_type(type_spec(row))
-    resume: dict[int, int] = {}
     for q in query_rows:
         try:
             compiled = compile_statement(q.text, runtime.schemas())
@@ -159,19 +158,16 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
                 options=RunOptions.from_row(q),
                 totals=q.counters,
                 version=q.version,
+                restored=True,
+                resume_seq=q.resume_seq,
             )
         except (QueryError, ValueError) as e:
             log.error("query %s (%d) cannot start, left stopped: %s", q.name, q.id, e)
             continue
-        if q.resume_from_us is not None:
-            resume[q.id] = q.resume_from_us
     if archive is not None:
-        from service.live.replay import rebuild
+        from service.live.recovery import rebuild
 
-        spec = {r.name: type_spec(r) for r in type_rows}
-        stats = rebuild(
-            runtime, settings.archive_root, spec, replay_max_us=int(settings.replay_max_s * 1e6), resume=resume
-        )
+        stats = rebuild(runtime, settings.archive_root, {r.name: type_spec(r) for r in type_rows})
         log.info("restart replay: %s", stats)
     return engine, sessions, runtime
 

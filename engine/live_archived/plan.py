@@ -242,6 +242,9 @@ class LiveArchivedPlan:
         has_trailing = any(p.trailing for p in self.archived.plans)
         self.archived_deadline_us = self.archived.window_us if has_trailing else None
         self.live_span_us = live_span_us(self.live)
+        self.state_span_us = self.live_span_us
+        """The detector contract's restart horizon (docs/architecture.md section 4): its live span; the service
+        adds its tolerance ``T_L`` and the live instances still waiting for the archive."""
         self.key = self._key_plan(query.join, resolve, key_hint)
         bound = mandatory_vars(self.live) | mandatory_vars(self.archived)
         self.join = [

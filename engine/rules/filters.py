@@ -85,6 +85,12 @@ class CompiledFilter:
         return None if self.rule.duplicate is None else self.rule.duplicate.within_us
 
     @property
+    def state_span_us(self) -> int:
+        """How far back its state reaches, int microseconds: the duplicate window, 0 without one (a filter of
+        single events keeps nothing)."""
+        return self.window_us or 0
+
+    @property
     def emit_into(self) -> None:
         """A filter never emits."""
         return None

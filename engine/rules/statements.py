@@ -35,6 +35,13 @@ class OneTypeStatement:
     def emit_into(self) -> str | None:
         return self.ast.emit_into
 
+    @property
+    def state_span_us(self) -> int | None:
+        """How far before its newest event its state may depend on events, int microseconds: its window (None:
+        unbounded, a count window or an interval run). The detector contract's restart horizon
+        (docs/architecture.md section 4)."""
+        return self.window_us  # type: ignore[attr-defined]
+
     def lateness_us(self, allowed_lateness_us: int | dict[str, int] | None) -> int:
         """The allowed lateness of its type, int microseconds: ``allowed_lateness_us`` (one value, or one per
         event type) when given, else the statement's own."""

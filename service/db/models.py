@@ -81,11 +81,12 @@ class QueryRow(Base):
     tolerance_us: Mapped[int | None] = mapped_column(BigInteger)  # SLLAA's T_L (None: the service default)
     pm_capacity: Mapped[int | None] = mapped_column(BigInteger)  # None: the service default (LACE_PM_CAPACITY)
     pm_policy: Mapped[str | None] = mapped_column(String(8))  # stpm | tpm (None: LACE_PM_POLICY)
-    resume_from_us: Mapped[int | None] = mapped_column(BigInteger)
+    resume_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """Its checkpoint: the position in the durable ingest order from which a restart replays what rebuilds its
+    state (migration 0012; None: not checkpointed since it started)."""
     counters: Mapped[dict[str, float] | None] = mapped_column(JSON)
-    plan_choice: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a plan trial's winner (issue 16)
     """Totals since the query was created or updated (events, matches, late, cpu_s, ...): kept across restarts."""
-    """Live-and-archived: restart replay starts no later than this ts (no live instance before it is unanswered)."""
+    plan_choice: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a plan trial's winner (issue 16)
     active_since_us: Mapped[int] = mapped_column(BigInteger)
     created_at_us: Mapped[int] = mapped_column(BigInteger)
     updated_at_us: Mapped[int] = mapped_column(BigInteger)

@@ -25,7 +25,8 @@ T = EventType(
 
 def test_record_and_table_schemas_have_typed_columns_and_utc_timestamps():
     s = T.table_schema()
-    assert s.names == ["id", "ts", "key", "speed", "avg", "ok", "seen", "ingested_at", "date"]
+    assert s.names == ["id", "ts", "key", "speed", "avg", "ok", "seen", "ingested_at", "ingest_seq", "date"]
+    assert s.field("ingest_seq").type == pa.int64() and s.field("ingest_seq").nullable
     assert s.field("id").type == pa.int64()
     assert s.field("ts").type == pa.timestamp("us", tz="UTC")
     assert s.field("seen").type == pa.timestamp("us", tz="UTC")
@@ -132,7 +133,7 @@ EPISODE = EventType("episode", {"key": "string", "low": "float"}, key="key", int
 
 
 def test_interval_types_store_ts_end_and_round_trip(tmp_path) -> None:
-    assert EPISODE.record_schema().names == ["id", "ts", "ts_end", "key", "low", "ingested_at"]
+    assert EPISODE.record_schema().names == ["id", "ts", "ts_end", "key", "low", "ingested_at", "ingest_seq"]
     events = [Event(1, "episode", 0, {"key": "a", "low": 3.5}, 600_000_000), Event(2, "episode", 5, {"key": "b"}, 6)]
     rec = events_to_record(EPISODE, events, ingested_at_us=5)
     back = output_to_events(record_to_output(EPISODE, rec))

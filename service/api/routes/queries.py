@@ -577,7 +577,7 @@ def _set_version(row: QueryRow, body: QueryUpdate, compiled: AnyStatement, choic
     row.types = sorted(compiled.stream_types)
     row.window_us = _window_us(compiled)
     row.version += 1
-    row.resume_from_us = None
+    row.resume_seq = None
     row.counters = None  # a new version counts from zero
 
 
@@ -635,7 +635,7 @@ def resume_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) 
         row.state = "active"
         row.active_since_us = t
         row.updated_at_us = t
-        row.resume_from_us = None
+        row.resume_seq = None
         session.commit()
         _start(runtime, row, compiled, t)
     return public(row, runtime)

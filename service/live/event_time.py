@@ -1,0 +1,76 @@
+"""Event time of the live service: per event type, the newest accepted time and the watermark (docs/architecture.md
+section 7.3).
+
+Each event type T has ``newest[T]``, the largest ts (an interval event's ``ts_end``) accepted, and its
+watermark ``newest[T] - lateness(T)``: an event of T behind it is late. A set of types (what one statement
+reads) has the minimum of their watermarks minus 1 us, Flink-style: a type that has sent nothing for
+``idle_timeout_s`` of wall time stops holding it back (when every type is idle, the largest counts). The
+live runtime, the restart replay and every statement's detector read event time from here and nowhere else.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+
+class EventTime:
+    """Per-type newest event time (int microseconds UTC) and wall-clock activity.
+
+    Parameters
+    ----------
+    lateness_us : callable
+        Event type name -> its allowed lateness, int microseconds (0 for an unknown type).
+    idle_timeout_s : float
+        Wall seconds after which a silent type stops holding watermarks back.
+    """
+
+    def __init__(self, lateness_us: Callable[[str], int], idle_timeout_s: float = 60.0) -> None:
+        self.lateness_us = lateness_us
+        self.idle_timeout_s = idle_timeout_s
+        self.newest: dict[str, int] = {}
+        """Event type -> the newest ts accepted, int us."""
+        self.wall: dict[str, float] = {}
+        """Event type -> when (``time.monotonic()`` seconds) it last sent an event."""
+
+    def watermark_of(self, type_name: str, newest: Mapping[str, int] | None = None) -> int | None:
+        """``newest[T] - lateness(T)`` (None before T's first event); ``newest`` overrides the recorded map
+        (an ingest request checks its events against what it has accepted so far)."""
+        top = (self.newest if newest is None else newest).get(type_name)
+        return None if top is None else top - self.lateness_us(type_name)
+
+    def observe(self, type_name: str, ts_us: int, wall_s: float | None = None) -> None:
+        """Record an accepted (or replayed, or derived) event of ``type_name`` at ``ts_us``."""
+        top = self.newest.get(type_name)
+        if top is None or ts_us > top:
+            self.newest[type_name] = ts_us
+        self.wall[type_name] = time.monotonic() if wall_s is None else wall_s
+
+    def take(self, newest: Mapping[str, int], types: Iterable[str]) -> None:
+        """Adopt a request's ``newest`` map (its accepted events), and mark ``types`` active now."""
+        self.newest = dict(newest)
+        now = time.monotonic()
+        for t in types:
+            self.wall[t] = now
+
+    def watermark(self, types: Iterable[str]) -> int | None:
+        """No event of ``types`` with ts <= this will be accepted (None: none of them has sent one)."""
+        active: list[int] = []
+        idle: list[int] = []
+        now = time.monotonic()
+        for t in types:
+            wm = self.watermark_of(t)
+            if wm is None:
+                continue
+            (idle if now - self.wall.get(t, 0.0) > self.idle_timeout_s else active).append(wm)
+        if active:
+            return min(active) - 1
+        return max(idle) - 1 if idle else None
+
+    def newest_of(self, types: Iterable[str]) -> int | None:
+        """The newest event time over ``types`` (None: none of them has sent one)."""
+        return max((self.newest[t] for t in types if t in self.newest), default=None)
+
+    def furthest(self) -> int | None:
+        """The largest single-type watermark: how far the rule graph may advance its clock."""
+        tops = [wm for t in self.newest if (wm := self.watermark([t])) is not None]
+        return max(tops) if tops else None

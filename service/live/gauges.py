@@ -1,0 +1,39 @@
+"""The live runtime's gauges, refreshed when Prometheus collects (``GET /metrics``): partial matches per
+statement (in memory, spilled), spill counters, live-and-archived requests and pending instances, archive
+buffer, WAL bytes and lag."""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.live.runtime import LiveRuntime
+
+
+def refresh_gauges(rt: LiveRuntime) -> None:
+    """Set every gauge from ``rt``'s statements and archive."""
+    m = rt.metrics
+    total = spilled = 0
+    for lq in list(rt.queries.values()):
+        s = lq.stats()
+        pm = s.get("live_matcher", s)
+        total += pm.get("live_partial_matches", 0)
+        spilled += pm.get("spilled_now", 0)
+        m.query_partial_matches.labels(lq.name, "memory").set(pm.get("live_partial_matches", 0))
+        m.query_partial_matches.labels(lq.name, "spilled").set(pm.get("spilled_now", 0))
+        for kind in ("spilled", "reloaded", "misses"):
+            m.query_pm_events.labels(lq.name, kind).set(pm.get(kind, 0))
+        if lq.worker is not None:
+            m.query_archive_requests.labels(lq.name).set(s.get("archive_requests", 0))
+            m.query_pending_instances.labels(lq.name).set(
+                s.get("pending_instances", 0) + s.get("in_flight_instances", 0)
+            )
+    m.partial_matches.set(total)
+    m.partial_matches_spilled.set(spilled)
+    rt.metrics.live_queries.set(len(rt.queries))
+    if rt.archive is not None:
+        stats = rt.archive.stats()
+        rt.metrics.archive_buffered.set(stats.get("buffered", 0))
+        rt.metrics.archive_wal_bytes.set(stats.get("wal_bytes", 0))
+        oldest = rt.archive.buffer.oldest_s()
+        rt.metrics.archive_lag.set(max(time.monotonic() - oldest, 0.0) if oldest is not None else 0.0)

@@ -1,0 +1,399 @@
+"""Checkpoints and the restart replay: recovery as one mechanism (docs/architecture.md section 4).
+
+A statement's checkpoint is what Flink's is, a source position taken with what the state needs: its totals
+and ``resume_seq``, a position in the service's durable ingest order (:mod:`service.live.ingest_order`) from
+which replaying every event it reads, in that order, rebuilds its state. The position comes from an event-time
+horizon, the earliest event time its state may still need: its WITHIN plus lateness plus what its operators
+remember (``CompiledQuery.state_span_us``), a window's size, and for a live-and-archived query the live
+instances still waiting for the archive (its worker's ``resume_from_us``), however far back.
+
+On restart the archive writer first replays its WAL into Delta, so every acknowledged event is in a Delta
+table with its ``ingest_seq`` and its request's ``ingested_at``. The replay reads, per event type, what some
+statement needs (``ingest_seq >= resume_seq``; a statement without a checkpoint yet: what it received after
+``active_since_us`` within its horizon), feeds it in ingest order to exactly those statements, and the alerts
+found again are de-duplicated by (query, event ids). Derived events are not read: the statements derive them
+again, with the same ids. Nothing is cut silently: only a statement without WITHIN (unbounded state), or whose
+span exceeds ``LACE_REPLAY_MAX_S``, is limited, and that is logged, counted (``lace_replay_cut_total``,
+``lace_replay_cut_seconds_total``) and shown in its stats (``replay_cut_ms``).
+
+Reads use delta-rs directly (pyarrow dataset with partition, ``ingest_seq`` and ts pruning), not Spark: the
+service must come back in seconds.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlalchemy import update
+
+from engine.events import Event
+from engine.rules.derived import DERIVED_ID_MIN
+from service.db.models import QueryRow
+from service.db.session import transaction
+from service.live.events import TypeSpec
+from service.live.ingest import content_digest
+from service.live.live_query import LiveQuery
+from service.live.outbox import Found
+
+if TYPE_CHECKING:
+    from service.live.runtime import LiveRuntime
+
+log = logging.getLogger(__name__)
+TS_TYPE = pa.timestamp("us", tz="UTC")
+STATS_SLACK_US = 1_000  # Delta min/max statistics of timestamps are truncated to milliseconds
+CHECKPOINT_ROWS = 250
+"""Statements' checkpoints written per transaction (:func:`checkpoint`)."""
+
+
+@dataclass(slots=True)
+class Horizon:
+    """How far back (event time, int us) a statement's state reaches, and what a replay limit cuts of it.
+
+    ``cut_us``: event time its state needs beyond ``LACE_REPLAY_MAX_S`` (0: nothing cut); ``unbounded``: the
+    statement has no WITHIN, its state has no bound.
+    """
+
+    start_us: int
+    cut_us: int = 0
+    unbounded: bool = False
+
+
+def horizon(rt: LiveRuntime, lq: LiveQuery, newest: int, pending: int | None) -> Horizon:
+    """The event time from which ``lq``'s state must be rebuilt, given the newest event time of its types
+    and ``pending`` (:meth:`LiveQuery.pending_from_us`), int us.
+
+    Its span (:meth:`LiveQuery.state_span_us`) plus its lateness; a live-and-archived query reaches back to
+    its oldest live instance still waiting for the archive too, never cut. Without a span the state is
+    unbounded and ``replay_max_us`` bounds it (an explicit loss, :func:`record_cut`).
+    """
+    need = reach_us(rt, lq)
+    back = rt.replay_max_us if need is None else min(need, rt.replay_max_us)
+    out = Horizon(newest - back)
+    if need is None:
+        out.cut_us, out.unbounded = back, True
+    elif need > back:
+        out.cut_us = need - back
+    if pending is not None and pending < out.start_us:
+        out.start_us = pending  # a recorded live instance is never cut (issue 24 item 3)
+    return out
+
+
+def reach_us(rt: LiveRuntime, lq: LiveQuery, seen: frozenset[int] = frozenset()) -> int | None:
+    """How far before the newest event time ``lq``'s state reaches in ingested events, int us (None: unbounded):
+    its span plus lateness, plus, when it reads a derived type, the reach of the statements that emit it (what
+    derives the events its state needs lies that much further back)."""
+    span = lq.state_span_us()
+    if span is None:
+        return None
+    upstream = 0
+    for t in lq.compiled.stream_types:
+        for qid in rt.emitters.get(t, ()):
+            q = rt.queries.get(qid)
+            if q is None or qid in seen or qid == lq.id:
+                continue
+            r = reach_us(rt, q, seen | {lq.id})
+            if r is None:
+                return None
+            upstream = max(upstream, r)
+    return span + lq.max_lateness_us + upstream
+
+
+def checkpoint(rt: LiveRuntime) -> None:
+    """Record each statement's checkpoint: its totals (``counters``) and its position (``resume_seq``).
+
+    Bulk UPDATEs by primary key, in transactions of :data:`CHECKPOINT_ROWS`: with thousands of statements one
+    transaction of one UPDATE each held SQLite's write gate for up to 0.28 s. A statement nothing reached since
+    the last checkpoint keeps what it has (its state has not moved).
+    """
+    queries = list(rt.queries.values())
+    if not queries:
+        return
+    rows: list[tuple[LiveQuery, dict[str, Any]]] = []
+    pending = {lq.id: lq.pending_from_us() for lq in queries}  # outside the lock: a busy worker answers late
+    with rt.lock:
+        for lq in queries:
+            if not lq.moved_since_checkpoint():
+                continue
+            newest = rt.event_time.newest_of(lq.compiled.stream_types)
+            if newest is not None:
+                known = lq.resume_seq if lq.resume_seq is not None else rt.order.floor
+                lq.resume_seq = rt.order.position_of(horizon(rt, lq, newest, pending[lq.id]).start_us, known)
+            values: dict[str, Any] = {"counters": lq.totals(), "resume_seq": lq.resume_seq}
+            if values != lq.saved:  # unchanged since the last checkpoint (with thousands of statements, most are)
+                rows.append((lq, values))
+        rt.order.forget_before(min((q.resume_seq for q in queries if q.resume_seq is not None), default=0))
+    if not rows:
+        return
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for lq, values in rows:
+        groups.setdefault(tuple(sorted(values)), []).append({"id": lq.id, **values})
+    for group in groups.values():
+        for i in range(0, len(group), CHECKPOINT_ROWS):
+            with transaction(rt.sessions) as session:
+                session.execute(update(QueryRow), group[i : i + CHECKPOINT_ROWS])
+    for lq, values in rows:
+        lq.saved = values
+
+
+# ---------------------------------------------------------------------- reading the archive
+
+
+def _table_uri(root: Path, name: str) -> str | None:
+    from deltalake import DeltaTable
+
+    uri = str(root / name)
+    return uri if DeltaTable.is_deltatable(uri) else None
+
+
+def _stat_max(acts: pa.Table, column: str) -> int | None:
+    if acts.num_rows == 0 or column not in acts.column_names:
+        return None
+    col = acts.column(column)
+    if pa.types.is_timestamp(col.type):
+        col = col.cast(pa.int64())
+    return pc.max(col).as_py()
+
+
+def archived_tops(root: Path, names: list[str]) -> tuple[dict[str, int], int | None, int | None]:
+    """From Delta file statistics: per type its newest event time (``ts_end`` in an interval type's table,
+    ``ts`` otherwise; int us), and over all of them the newest ``ingest_seq`` and ``ingested_at``."""
+    from deltalake import DeltaTable
+
+    tops: dict[str, int] = {}
+    seq: int | None = None
+    stamp: int | None = None
+    for name in names:
+        uri = _table_uri(root, name)
+        if uri is None:
+            continue
+        acts = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+        top = _stat_max(acts, "max.ts_end" if "max.ts_end" in acts.column_names else "max.ts")
+        if top is not None:
+            tops[name] = top + STATS_SLACK_US
+        s, t = _stat_max(acts, "max.ingest_seq"), _stat_max(acts, "max.ingested_at")
+        if s is not None:
+            seq = s if seq is None else max(seq, s)
+        if t is not None:
+            stamp = t + STATS_SLACK_US if stamp is None else max(stamp, t + STATS_SLACK_US)
+    return tops, seq, stamp
+
+
+@dataclass(slots=True)
+class Row:
+    """One archived event as the replay feeds it: its ingest order key, the event, and its positions."""
+
+    key: tuple[int, int, int, int]
+    event: Event
+    ingested_at: int
+    seq: int | None
+
+
+def read_rows(root: Path, spec: TypeSpec, *, from_seq: int | None, since: tuple[int, int] | None) -> list[Row]:
+    """Archived events of ``spec`` at ``ingest_seq >= from_seq``, or stamped after ``since[0]``
+    (``ingested_at``) and ending at or after ``since[1]`` (event time), int us; sorted in ingest order
+    (``ingested_at``, then ``ingest_seq``; rows written before ``ingest_seq`` existed by (ts_end, id)).
+
+    A point event ends at its ``ts``; an event of an interval type carries its ``ts_end`` (the type's
+    ``max_duration_us`` bounds how far before its end it starts, else every date is read).
+    """
+    import pyarrow.dataset as pds
+    from deltalake import DeltaTable
+
+    uri = _table_uri(root, spec.name)
+    if uri is None or (from_seq is None and since is None):
+        return []
+    ds = DeltaTable(uri).to_pyarrow_dataset()
+    names = ds.schema.names
+    interval = spec.interval and "ts_end" in names
+    end = "ts_end" if interval else "ts"
+    has_seq = "ingest_seq" in names
+    flt = None
+    if since is not None:
+        stamp_after, end_from = since
+        flt = (pds.field("ingested_at") > pa.scalar(stamp_after, TS_TYPE)) & (
+            pds.field(end) >= pa.scalar(end_from, TS_TYPE)
+        )
+        first = end_from - (spec.max_duration_us or 0) if interval else end_from
+        if from_seq is None and (not interval or spec.max_duration_us is not None):  # date = UTC date of ts
+            flt &= pds.field("date") >= datetime.fromtimestamp(first / 1e6, tz=UTC).strftime("%Y-%m-%d")
+    if from_seq is not None and has_seq:
+        by_seq = pds.field("ingest_seq") >= from_seq
+        flt = by_seq if flt is None else (flt | by_seq)
+    if flt is None:
+        return []
+    attrs = [a for a in spec.attributes if a in names]
+    extra = (["ts_end"] if interval else []) + (["ingest_seq"] if has_seq else [])
+    table = ds.to_table(columns=["id", "ts", "ingested_at", *extra, *attrs], filter=flt)
+    cols: dict[str, list[Any]] = {}
+    for name in table.column_names:
+        col = table.column(name)
+        cols[name] = (col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col).to_pylist()
+    ids, tss, ing = cols["id"], cols["ts"], cols["ingested_at"]
+    ends = cols["ts_end"] if interval else tss
+    seqs = cols["ingest_seq"] if has_seq else [None] * table.num_rows
+    out = []
+    for i in range(table.num_rows):
+        values = {a: cols[a][i] for a in attrs if cols[a][i] is not None}
+        ev = Event(ids[i], spec.name, tss[i], values, ends[i])
+        out.append(Row((ing[i], seqs[i] or 0, ends[i], ids[i]), ev, ing[i], seqs[i]))
+    out.sort(key=lambda r: r.key)
+    return out
+
+
+# ---------------------------------------------------------------------- the restart replay
+
+
+def record_cut(rt: LiveRuntime, lq: LiveQuery, h: Horizon) -> None:
+    """Record that the replay limit cut ``h.cut_us`` of ``lq``'s state: a warning, its stats, the metrics."""
+    if not h.cut_us:
+        return
+    lq.replay_cut_us = h.cut_us
+    rt.metrics.replay_cut.labels(lq.name).inc()
+    rt.metrics.replay_cut_seconds.labels(lq.name).inc(h.cut_us / 1e6)
+    if h.unbounded:
+        log.warning(
+            "query %s (%d): the restart replay goes back only %d s (LACE_REPLAY_MAX_S) because the query has "
+            "no WITHIN; partial matches that started earlier are lost",
+            lq.name, lq.id, h.cut_us // 1_000_000,
+        )
+    else:
+        log.warning(
+            "query %s (%d): the restart replay stops LACE_REPLAY_MAX_S back; its WITHIN + lateness reaches %d s "
+            "further: partial matches that started in those %d s are lost",
+            lq.name, lq.id, h.cut_us // 1_000_000, h.cut_us // 1_000_000,
+        )
+
+
+def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, TypeSpec]) -> dict[str, int]:
+    """Replay the archive into ``rt``'s statements (started with their checkpointed ``resume_seq``) and continue
+    the ingest order after the archive's; return counters for the log.
+
+    The replay starts at the earliest position any statement needs (a statement without a checkpoint: what it
+    received after ``active_since_us`` within its horizon) and feeds every statement, in ingest order, what it
+    received live from there (``ingested_at > active_since_us``): more history than a statement needs rebuilds
+    the state it had then, and an emitter re-derives what the readers of its stream need.
+    """
+    tops, last_seq, last_stamp = archived_tops(root, list(types))
+    rt.order.resume_after(last_seq, last_stamp)
+    if not tops:
+        return {"events": 0, "alerts": 0}
+    pending = {lq.id: lq.pending_from_us() for lq in rt.queries.values()}
+    from_seq: int | None = None
+    since: tuple[int, int] | None = None
+    with rt.lock:
+        for name, top in tops.items():  # each stream's event time; refined by the replayed events below
+            rt.event_time.observe(name, top - STATS_SLACK_US)
+        for lq in rt.queries.values():
+            newest = max((tops[t] for t in lq.compiled.stream_types if t in tops), default=None)
+            if newest is None:
+                continue
+            h = horizon(rt, lq, newest, pending[lq.id])
+            record_cut(rt, lq, h)
+            if lq.resume_seq is not None:
+                from_seq = lq.resume_seq if from_seq is None else min(from_seq, lq.resume_seq)
+            elif since is None:
+                since = (lq.active_since_us, h.start_us)
+            else:
+                since = (min(since[0], lq.active_since_us), min(since[1], h.start_us))
+        wanted = {t for lq in rt.queries.values() for t in lq.compiled.stream_types}
+        wanted = {t for t in wanted if t in types and t not in rt.emitters}  # derived events are derived again
+    parts = [read_rows(root, types[t], from_seq=from_seq, since=since) for t in sorted(wanted)]
+    rows = list(heapq.merge(*parts, key=lambda r: r.key))
+    floor = min((r.seq for r in rows if r.seq is not None), default=rt.order.next_seq)
+    rt.order.floor = min(rt.order.floor, floor)
+    n, alerts = replay(rt, rows)
+    for lq in rt.queries.values():
+        if lq.resume_seq is None:
+            lq.resume_seq = floor  # it has been fed all it needs from the replay's first position on
+    log.info("replayed %d archived events from position %d: %d new alerts", n, floor, alerts)
+    return {"events": n, "alerts": alerts, "from_seq": floor}
+
+
+def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
+    """Feed ``rows`` (in ingest order) to the statements that received them live (stamped after their
+    ``active_since_us``). Returns ``(events replayed, new alerts)``; alerts found again are de-duplicated by
+    (query, event ids)."""
+    found: list[Found] = []
+    handed: dict[int, list[Event]] = {}  # live-and-archived queries' events, handed over in one batch each
+    graph = rt.graph
+    ingest = rt.ingest_path
+    with rt.lock:
+        for row in rows:
+            e = row.event
+            rt.event_time.observe(e.type, e.ts_end)
+            if row.seq is not None:
+                rt.order.note(row.seq, [e])
+            if e.id < DERIVED_ID_MIN:  # an ingested event (derived ids are hashes from 2^62 on)
+                attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
+                ingest.recent_ids[e.id] = content_digest(e.type, e.ts, attrs)
+                ingest.last_id = max(ingest.last_id, e.id)
+            takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > lq.active_since_us]
+            graph_wanted = False
+            for lq in takers:
+                if lq.worker is not None:
+                    handed.setdefault(lq.id, []).append(e)
+                else:
+                    graph_wanted = True
+            if not graph_wanted or graph.filter(e) is not None:
+                continue
+            names = {str(lq.id) for lq in takers}
+            found.extend(Found(int(name), m) for name, m in graph.push(e, names.__contains__))
+            graph.take_late()
+            if graph.failures:
+                ingest.mark_failed(graph, None, None, None)
+        ingest.remember({})
+        for qid, events in handed.items():
+            worker = rt.queries[qid].worker
+            assert worker is not None
+            worker.offer(events, None)
+        rt.replaying = True
+        try:
+            found.extend(rt.advance())
+        finally:
+            rt.replaying = False
+        rt.offer([])
+        for lq in rt.queries.values():  # what the replay counts again was counted before the restart
+            if lq.worker is None:
+                lq.mark_replayed()
+            else:
+                lq.worker.call(lq.mark_replayed)  # once its worker has matched the replayed events
+        rt.metrics.replayed.inc(len(rows))
+        return len(rows), rt.save(found)
+
+
+def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | None]:
+    """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
+    operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
+    from the archive and the recent buffer, in the matcher's (ts_end, id) order (an interval event counts by
+    its end), and the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
+
+    Raises ValueError without the archive."""
+    if rt.archive is None:
+        raise ValueError("rebuilding a query's state reads the archive (LACE_ARCHIVE_ENABLED=true)")
+    types = lq.compiled.stream_types
+    newest = rt.event_time.newest_of(types)
+    wm = rt.event_time.watermark(frozenset(t for t in types if t not in rt.emitters))
+    if newest is None:
+        return [], wm
+    span = lq.state_span_us()
+    since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
+    from service.live.recovery import read_rows
+
+    seen: dict[int, Event] = {}
+    for t in sorted(types):
+        spec = rt.types.get(t)
+        if spec is None:
+            continue
+        for row in read_rows(rt.archive.root, spec, from_seq=None, since=(0, since)):
+            seen[row.event.id] = row.event
+    for e in rt.archive.buffer.events([t for t in types if t in rt.types]):
+        if e.ts_end >= since:
+            seen.setdefault(e.id, e)
+    return sorted(seen.values(), key=Event.order_key), wm
