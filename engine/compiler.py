@@ -70,6 +70,11 @@ class CompiledQuery:
     plan_kind: str = "nfa"
     trees: list[Any] = field(default_factory=list)
 
+    kind = "live"
+    """The statement kind (``queries.kind``; every statement class declares it, callers never test its class)."""
+    reads_archive = False
+    """Whether it reads the archive as it runs (only a live-and-archived query does)."""
+
     @property
     def emit_into(self) -> str | None:
         """The derived event type of ``EMIT INTO`` (None: the matches are results/alerts)."""

@@ -141,7 +141,7 @@ def compile_statement(
 
 
 def make_detector(
-    statement: Statement,
+    statement: Statement | AggregateStatement,
     *,
     source: ArchiveSource | None = None,
     algorithm: str = Algorithm.sllaa,
@@ -189,7 +189,7 @@ def make_detector(
         For an unknown algorithm, a negative tolerance, or a live-and-archived statement without
         ``source``.
     """
-    if isinstance(statement, IntervalStatement):  # INTERVAL (issue 15)
+    if isinstance(statement, IntervalStatement | AggregateStatement):  # INTERVAL (issue 15), AGGREGATE (003)
         return statement.make_detector(allowed_lateness_us)
     if isinstance(statement, CompiledQuery):
         return Matcher(
@@ -221,9 +221,24 @@ def make_detector(
     )
 
 
+def detector_for(statement: Statement | RuleStatement, **options: Any) -> Detector | None:
+    """What runs ``statement`` in a rule graph or a live-and-archived worker: :func:`make_detector` with
+    ``options``, or None for a FILTER rule (the rule graph applies it to each event; it keeps no detector).
+    Callers never ask which kind of statement they hold (docs/architecture.md section 5).
+
+    Raises
+    ------
+    ValueError
+        As :func:`make_detector`.
+    """
+    if isinstance(statement, CompiledFilter):
+        return None
+    return make_detector(statement, **options)
+
+
 def is_live_archived(statement: Statement | RuleStatement) -> bool:
-    """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query)."""
-    return isinstance(statement, LiveArchivedPlan)
+    """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query): what its class declares."""
+    return statement.reads_archive
 
 
 __all__ = [
@@ -233,6 +248,7 @@ __all__ = [
     "RuleStatement",
     "compile",
     "compile_statement",
+    "detector_for",
     "is_live_archived",
     "make_detector",
 ]

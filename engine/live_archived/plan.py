@@ -218,6 +218,11 @@ class LiveArchivedPlan:
         not one per joined pair (:meth:`result`). See the module docstring.
     """
 
+    kind = "live_archived"
+    """The statement kind (``queries.kind``)."""
+    reads_archive = True
+    """It reads the archive as it runs: the service runs it on a live-and-archived worker with an archive source."""
+
     def __init__(self, query: LiveArchivedQuery, schemas: Schema | None = None, *, key_hint: str | None = None) -> None:
         self.ast = query
         self.name = query.name

@@ -69,6 +69,10 @@ class CompiledFilter:
         if self.rule.drop_when is not None:
             self._when = compile_bool(self.rule.drop_when, single_event_resolver(self.rule.var))
 
+    kind = "filter"
+    """The statement kind (``queries.kind``)."""
+    reads_archive = False
+
     @property
     def type(self) -> str:
         """The event type the rule reads."""

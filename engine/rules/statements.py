@@ -22,6 +22,7 @@ class OneTypeStatement:
     __slots__ = ()
     ast: Any
     allowed_lateness_us: int
+    reads_archive = False
 
     @property
     def name(self) -> str | None:
@@ -59,6 +60,11 @@ class AggregateStatement(OneTypeStatement):
 
     ast: ast.AggregateQuery
     allowed_lateness_us: int = 0
+
+    @property
+    def kind(self) -> str:
+        """The statement kind the service records (``queries.kind``)."""
+        return "aggregate"
 
     @property
     def window_us(self) -> int | None:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.detector import Detector, RuleStatement, Statement
-from engine.rules.filters import CompiledFilter
 from service.db.models import QueryRow
 from service.live.la_process import ProcessWorker
 from service.live.live_archived import LiveArchivedWorker
@@ -133,8 +132,8 @@ class LiveQuery:
         """The detector's counters (a live-and-archived query's include the worker's)."""
         if self.worker is not None:
             return self._with_cut(self.worker.stats())
-        if isinstance(self.compiled, CompiledFilter):
-            f = self.compiled.stats()
+        if self.detector is None:  # a FILTER rule: the rule graph applies it, it keeps no detector
+            f = self.compiled.stats()  # type: ignore[union-attr]
             return {"events": f["kept"] + f["dropped"], "late": 0, "emitted": f["dropped"], "filter": f, "cpu_s": 0.0}
         assert self.detector is not None
         cpu = self.node.cpu_s if self.node is not None else self.cpu_s

@@ -20,12 +20,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.compiler import CompiledQuery
-from engine.detector import DEFAULT_TOLERANCE_US, Detector, RuleStatement, Statement, make_detector
+from engine.detector import DEFAULT_TOLERANCE_US, Detector, RuleStatement, Statement, detector_for, make_detector
 from engine.events import Event
 from engine.limits import QueryLimits
 from engine.live_archived.base import ArchiveWork
@@ -34,7 +34,6 @@ from engine.live_archived.source import ArchiveSource
 from engine.match import Match
 from engine.options import Algorithm, PmPolicy
 from engine.pm.store import PartialMatchStore
-from engine.rules.filters import CompiledFilter
 from engine.rules.graph import RuleGraph
 from engine.rules.index import RuleIndex
 from service.core.metrics import Metrics
@@ -187,51 +186,10 @@ class LiveRuntime:
             common = self._pm_options(query_id, opts)
             detector: Detector | None = None
             worker: LiveArchivedWorker | ProcessWorker | None = None
-            if isinstance(compiled, LiveArchivedPlan):
-                if self.source is None:
-                    raise ValueError("live-and-archived queries need the archive (LACE_ARCHIVE_ENABLED)")
-                source = self.source
-
-                def runner(defer: Callable[[ArchiveWork], None]) -> Any:
-                    return make_detector(
-                        compiled,
-                        source=source,
-                        algorithm=opts.algorithm or Algorithm.sllaa,
-                        tolerance_us=opts.tolerance_us or 0,
-                        allowed_lateness_us=lateness,
-                        defer=defer,
-                        **common,
-                    )
-
-                self.warm_source()
-                if self.la_process and hasattr(source, "extract_table"):  # its own process (la_process.py)
-                    worker = ProcessWorker(
-                        spec=ChildSpec(
-                            query_id=query_id, name=name, ast=compiled.ast,
-                            schemas={t: dict(s.attributes) for t, s in self.types.items()},
-                            algorithm=opts.algorithm or Algorithm.sllaa, tolerance_us=opts.tolerance_us or 0,
-                            allowed_lateness_us=lateness, lateness_us=max_lateness,
-                            pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
-                            pm_store_url=getattr(self.pm_store, "url", None),
-                            lookup_workers=self.lookups.pool._max_workers, log_level=logging.getLogger().level,
-                        ),
-                        plan=compiled, source=source, spark_pool=self.lookups.pool, record=self.record_results,
-                        observe=self.metrics.archive_request_seconds.observe,
-                    )
-                else:
-                    worker = LiveArchivedWorker(
-                        query_id=query_id,
-                        name=name,
-                        plan=compiled,
-                        make_runner=runner,
-                        lookups=self.lookups,
-                        record=self.record_results,
-                        lateness_us=max_lateness,
-                    )
-            elif isinstance(compiled, CompiledQuery):
-                detector = self._pattern_detector(query_id, compiled, opts)
-            elif not isinstance(compiled, CompiledFilter):
-                detector = compiled.make_detector(lateness)
+            if compiled.reads_archive:  # what its class declares: it runs on a worker that reads the archive
+                worker = self._worker(query_id, name, cast(LiveArchivedPlan, compiled), opts, lateness, common)
+            else:
+                detector = detector_for(compiled, storage="chain", allowed_lateness_us=lateness, **common)
             lq = LiveQuery(
                 id=query_id,
                 name=name,
@@ -255,6 +213,60 @@ class LiveRuntime:
             for t in types:
                 self.by_type.setdefault(t, []).append(lq)
             return lq
+
+    def _worker(
+        self,
+        query_id: int,
+        name: str,
+        compiled: LiveArchivedPlan,
+        opts: RunOptions,
+        lateness: dict[str, int],
+        common: dict[str, Any],
+    ) -> LiveArchivedWorker | ProcessWorker:
+        """The worker that runs a statement reading the archive: in a process of its own with ``la_process``,
+        else on a thread; its archive requests go to the shared lookup pool.
+
+        Raises ValueError when the service has no archive."""
+        max_lateness = max(lateness.values(), default=0)
+        if self.source is None:
+            raise ValueError("live-and-archived queries need the archive (LACE_ARCHIVE_ENABLED)")
+        source = self.source
+
+        def runner(defer: Callable[[ArchiveWork], None]) -> Any:
+            return make_detector(
+                compiled,
+                source=source,
+                algorithm=opts.algorithm or Algorithm.sllaa,
+                tolerance_us=opts.tolerance_us or 0,
+                allowed_lateness_us=lateness,
+                defer=defer,
+                **common,
+            )
+
+        self.warm_source()
+        if self.la_process and hasattr(source, "extract_table"):  # its own process (la_process.py)
+            return ProcessWorker(
+                spec=ChildSpec(
+                    query_id=query_id, name=name, ast=compiled.ast,
+                    schemas={t: dict(s.attributes) for t, s in self.types.items()},
+                    algorithm=opts.algorithm or Algorithm.sllaa, tolerance_us=opts.tolerance_us or 0,
+                    allowed_lateness_us=lateness, lateness_us=max_lateness,
+                    pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
+                    pm_store_url=getattr(self.pm_store, "url", None),
+                    lookup_workers=self.lookups.pool._max_workers, log_level=logging.getLogger().level,
+                ),
+                plan=compiled, source=source, spark_pool=self.lookups.pool, record=self.record_results,
+                observe=self.metrics.archive_request_seconds.observe,
+            )
+        return LiveArchivedWorker(
+            query_id=query_id,
+            name=name,
+            plan=compiled,
+            make_runner=runner,
+            lookups=self.lookups,
+            record=self.record_results,
+            lateness_us=max_lateness,
+        )
 
     def start_deferred(
         self,
