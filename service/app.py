@@ -37,6 +37,7 @@ from service.api.routes import (
     queries,
     webhooks,
 )
+from service.api_key import create_key
 from service.core.config import Settings, get_settings
 from service.core.errors import install_handlers
 from service.core.metrics import Metrics
@@ -69,7 +70,7 @@ def _bootstrap_key(sessions: sessionmaker[Session], settings: Settings) -> None:
     token = settings.bootstrap_admin_key.get_secret_value()
     with sessions() as s:
         if s.execute(select(ApiKeyRow.id).where(ApiKeyRow.key_hash == hash_api_key(token))).first() is None:
-            keys.create_key(s, name="bootstrap", scopes=["admin", "ingest", "read"], token=token)
+            create_key(s, name="bootstrap", scopes=["admin", "ingest", "read"], token=token)
 
 
 def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
