@@ -27,11 +27,10 @@ from engine.rules.filters import CompiledFilter
 from engine.rules.graph import statement_ast
 from engine.rules.statements import AggregateStatement
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
-from service.api.routes.event_types import _archive_type
 from service.core.errors import ApiError, get_or_404
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us, session_write_gate
-from service.event_type import type_spec
+from service.event_type import checked_archive_type, type_spec
 from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import ERRORS, Id, iso, parse_wire_ts
@@ -270,7 +269,7 @@ def _check_flow(session: SessionDep, runtime: LiveRuntime, compiled: AnyStatemen
             name=emit, attributes=schema, partition_key=existing.partition_key if existing else None, interval=interval
         )
         try:
-            runtime.archive.register(_archive_type(derived))
+            runtime.archive.register(checked_archive_type(derived))
         except SchemaError as e:
             raise ApiError(409, f"EMIT INTO {emit}: the archive holds an incompatible type: {e}", "body.text") from None
     t = now_us()
