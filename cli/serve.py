@@ -89,7 +89,7 @@ def keys_create(
     name: Annotated[str, typer.Option(help="A label for the key.")] = "cli",
 ) -> None:
     """Create an API key and print it once (only its SHA-256 is stored)."""
-    from service.api.routes.keys import create_key
+    from service.api_key import create_key
     from service.db.session import make_engine, make_session_factory
 
     settings = _settings()

@@ -22,6 +22,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from engine.limits import QueryLimits
+from service import statement, statement_lifecycle
 from service.api.content_type import ContentTypeMiddleware
 from service.api.docs_ui import install_docs
 from service.api.limits import BodyLimitMiddleware
@@ -37,6 +38,7 @@ from service.api.routes import (
     queries,
     webhooks,
 )
+from service.api_key import create_key
 from service.core.config import Settings, get_settings
 from service.core.errors import install_handlers
 from service.core.metrics import Metrics
@@ -69,7 +71,7 @@ def _bootstrap_key(sessions: sessionmaker[Session], settings: Settings) -> None:
     token = settings.bootstrap_admin_key.get_secret_value()
     with sessions() as s:
         if s.execute(select(ApiKeyRow.id).where(ApiKeyRow.key_hash == hash_api_key(token))).first() is None:
-            keys.create_key(s, name="bootstrap", scopes=["admin", "ingest", "read"], token=token)
+            create_key(s, name="bootstrap", scopes=["admin", "ingest", "read"], token=token)
 
 
 def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
@@ -96,10 +98,8 @@ def _open_pm_store(settings: Settings) -> Any:
 
 def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessionmaker[Session], LiveRuntime]:
     """Open the stores and rebuild the live runtime (blocking; run in a thread)."""
-    from engine.compiler import CompiledQuery
     from engine.detector import compile_statement
     from engine.lql.errors import QueryError
-    from engine.nfa.plan_trial import compile_chosen
 
     engine = make_engine(settings.sqlalchemy_url)
     sessions = make_session_factory(engine)
@@ -147,20 +147,9 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         runtime.set_type(type_spec(row))
     for q in query_rows:
         try:
-            compiled = compile_statement(q.text, runtime.schemas())
-            if q.plan_choice and isinstance(compiled, CompiledQuery):  # the plan its trial chose (issue 16)
-                compiled = compile_chosen(compiled.ast, runtime.schemas(), q.plan_choice)
-            runtime.start_query(
-                query_id=q.id,
-                name=q.name,
-                compiled=compiled,
-                active_since_us=q.active_since_us,
-                options=RunOptions.from_row(q),
-                totals=q.counters,
-                version=q.version,
-                restored=True,
-                resume_seq=q.resume_seq,
-            )
+            # the plan its trial chose (issue 16); the service's limits are not checked again
+            compiled = statement.as_chosen(q, compile_statement(q.text, runtime.schemas()), runtime.schemas())
+            statement_lifecycle.run(runtime, q, compiled, q.active_since_us, restored=True)
         except (QueryError, ValueError) as e:
             log.error("query %s (%d) cannot start, left stopped: %s", q.name, q.id, e)
             continue

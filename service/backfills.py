@@ -11,21 +11,31 @@ backfill's cancel event (its Spark job group is cancelled) or, while it is queue
 
 A backfill left ``running`` by a stopped process is marked ``failed`` at the next start (its Spark
 job died with the process); ``queued`` ones are run.
+
+A backfill is stored as a :class:`~service.db.models.BackfillRow` (times int microseconds UTC); :func:`public`
+gives its REST shape :class:`~service.schemas.backfills.BackfillPublic` (times ISO-8601), and the operations of
+``/backfills`` (:func:`enqueue`, :func:`cancel`, :func:`results`) are here too. Their errors are
+:class:`~service.core.errors.ApiError` with their HTTP status, naming the request field.
 """
 from __future__ import annotations
 
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from service.core.errors import ApiError, get_or_404
 from service.core.metrics import Metrics
 from service.db.models import BackfillRow, QueryRow
 from service.db.session import now_us
+from service.schemas.backfills import BackfillMatch, BackfillPublic, BackfillResults
+from service.schemas.common import iso
 
 log = logging.getLogger("lace.backfills")
 
@@ -248,3 +258,135 @@ class BackfillRunner:
             s.commit()
         if res.rowcount and self.metrics is not None:
             self.metrics.backfills.labels(state).inc()
+
+
+# -------------------------------------------------------------------- the API shape and the operations
+
+
+def public(row: BackfillRow) -> BackfillPublic:
+    """The REST shape of ``row``: its query and version, ``[from, to)``, state, progress (percent of Spark
+    tasks, events scanned), outcome (matches, alerts, the Delta versions read, the error) and times (ISO-8601)."""
+    return BackfillPublic(
+        id=row.id,
+        query_id=row.query_id,
+        query_version=row.query_version,
+        run_id=row.run_id,
+        state=row.state,  # type: ignore[arg-type]
+        from_=iso(row.from_us),
+        to=iso(row.to_us),
+        deliver=row.deliver,
+        percent=row.percent,
+        events_scanned=row.events_scanned,
+        matches=row.matches,
+        alerts=row.alerts,
+        versions=row.versions,
+        error=row.error,
+        created_at=iso(row.created_at_us),
+        started_at=None if row.started_at_us is None else iso(row.started_at_us),
+        finished_at=None if row.finished_at_us is None else iso(row.finished_at_us),
+    )
+
+
+def need(runner: BackfillRunner | None) -> BackfillRunner:
+    """``runner``; a 409 (no field) when there is none: backfills need the archive."""
+    if runner is None:
+        raise ApiError(409, "backfills need the archive (LACE_ARCHIVE_ENABLED=true)", None)
+    return runner
+
+
+def get(session: Session, backfill_id: int) -> BackfillRow:
+    """The row of backfill ``backfill_id``; 404 on ``path.id`` when there is none."""
+    return get_or_404(session, BackfillRow, backfill_id, "backfill")
+
+
+def selection(query_id: int | None) -> Select[Any]:
+    """The backfills of query ``query_id`` (None: of any)."""
+    stmt = select(BackfillRow)
+    if query_id is not None:
+        stmt = stmt.where(BackfillRow.query_id == query_id)
+    return stmt
+
+
+def enqueue(
+    session: Session, runner: BackfillRunner, query_id: int, from_us: int, to_us: int, deliver: bool
+) -> BackfillRow:
+    """Queue a backfill of query ``query_id``'s current version over ``[from_us, to_us)`` (int us UTC; with
+    ``deliver`` its matches become alerts) and wake ``runner``.
+
+    Raises
+    ------
+    ApiError
+        422 on ``body.to`` unless ``to_us > from_us``; 404 on ``body.query_id`` when there is no such query.
+    """
+    if to_us <= from_us:
+        raise ApiError(422, "must be after from", "body.to")
+    query = get_or_404(session, QueryRow, query_id, "query", "body.query_id")
+    row = BackfillRow(
+        query_id=query.id,
+        query_version=query.version,
+        run_id=uuid.uuid4().hex,
+        state="queued",
+        from_us=from_us,
+        to_us=to_us,
+        deliver=deliver,
+        percent=0.0,
+        events_scanned=0,
+        created_at_us=now_us(),
+    )
+    session.add(row)
+    session.commit()
+    runner.wake()
+    return row
+
+
+def cancel(session: Session, runner: BackfillRunner | None, backfill_id: int) -> BackfillRow:
+    """Cancel backfill ``backfill_id``: a queued one ends here, a running one when its Spark job group has
+    stopped (its row is returned as it is now).
+
+    Raises
+    ------
+    ApiError
+        404 on ``path.id`` (:func:`get`); 409 on ``path.id`` when it has ended; 409 without ``runner``
+        (:func:`need`).
+    """
+    row = get(session, backfill_id)
+    if row.state in FINAL_STATES:
+        raise ApiError(409, f"the backfill has ended ({row.state})", "path.id")
+    # a queued one ends here; a running one ends when its Spark job group has stopped
+    running = need(runner)
+    res: Any = session.execute(
+        update(BackfillRow)
+        .where(BackfillRow.id == backfill_id, BackfillRow.state == "queued")
+        .values(state="cancelled", finished_at_us=now_us())
+    )
+    session.commit()
+    if res.rowcount and running.metrics is not None:
+        running.metrics.backfills.labels("cancelled").inc()
+    running.cancel(backfill_id)
+    session.refresh(row)
+    return row
+
+
+def results(session: Session, archive_root: Path, backfill_id: int, offset: int, limit: int) -> BackfillResults:
+    """The matches of succeeded backfill ``backfill_id`` (from the archive's Delta results table under
+    ``archive_root``), in (start, end, match) order: ``limit`` from ``offset`` on, the total and the next offset.
+
+    Raises
+    ------
+    ApiError
+        404 on ``path.id`` (:func:`get`); 409 on ``path.id`` unless it succeeded.
+    """
+    import orjson
+
+    from archive.backfill import read_results
+
+    row = get(session, backfill_id)
+    if row.state != "succeeded":
+        raise ApiError(409, f"the backfill has no results: it is {row.state}", "path.id")
+    table = read_results(archive_root, row.run_id)
+    table = table.sort_by([("start", "ascending"), ("end", "ascending"), ("match", "ascending")])
+    lines = table.column("match").to_pylist()[offset : offset + limit]
+    nxt = offset + limit if offset + limit < table.num_rows else None
+    return BackfillResults(
+        items=[BackfillMatch(**orjson.loads(s)) for s in lines], total=table.num_rows, next_offset=nxt
+    )

@@ -5,12 +5,13 @@ import base64
 import binascii
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, overload
 
 from fastapi import Query
 from pydantic import BaseModel, BeforeValidator, Field, StringConstraints, WithJsonSchema
 
 from engine.events import MAX_TS_US, MIN_TS_US
+from service.core.errors import ApiError
 from service.live.events import parse_ts
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -101,6 +102,30 @@ def parse_wire_ts(value: str | int, *, from_query: bool = False) -> int:
         dt = datetime.fromisoformat(value)
         return min(max((dt - _EPOCH) // timedelta(microseconds=1), MIN_TS_US), MAX_TS_US)
     raise ValueError(f"must be {_TS_HELP}")
+
+
+@overload
+def wire_ts(value: str | int, field: str, *, from_query: bool = False) -> int: ...
+
+
+@overload
+def wire_ts(value: None, field: str, *, from_query: bool = False) -> None: ...
+
+
+def wire_ts(value: str | int | None, field: str, *, from_query: bool = False) -> int | None:
+    """:func:`parse_wire_ts` of a request's ``field`` (int microseconds UTC); None stays None.
+
+    Raises
+    ------
+    ApiError
+        422 on ``field`` when ``value`` is no timestamp.
+    """
+    if value is None:
+        return None
+    try:
+        return parse_wire_ts(value, from_query=from_query)
+    except ValueError as e:
+        raise ApiError(422, str(e), field) from None
 
 
 def _wire_ts(value: Any) -> Any:

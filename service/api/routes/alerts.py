@@ -4,38 +4,16 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query
-from sqlalchemy import select
 
+from service import alert
 from service.api.deps import ReadKey, SessionDep
 from service.api.paging import page
-from service.core.errors import ApiError, get_or_404
+from service.core.errors import get_or_404
 from service.db.models import AlertRow
 from service.schemas.alerts import AlertPage, AlertPublic
-from service.schemas.common import ERRORS, CursorQuery, Id, TsQuery, iso, parse_wire_ts
+from service.schemas.common import ERRORS, CursorQuery, Id, TsQuery, wire_ts
 
 router = APIRouter(prefix="/alerts", tags=["alerts"], responses=ERRORS)  # type: ignore[arg-type]
-
-
-def public(row: AlertRow) -> AlertPublic:
-    return AlertPublic(
-        id=row.id,
-        query_id=row.query_id,
-        query_version=row.query_version,
-        events=row.events,
-        start=iso(row.start_us),
-        end=iso(row.end_us),
-        fields=row.fields,
-        detected_at=iso(row.created_at_us),
-    )
-
-
-def _ts(value: str | None, name: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_wire_ts(value, from_query=True)
-    except ValueError as e:
-        raise ApiError(422, str(e), f"query.{name}") from None
 
 
 @router.get("", summary="List alerts, oldest first")
@@ -48,18 +26,12 @@ def list_alerts(
     cursor: CursorQuery = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AlertPage:
-    stmt = select(AlertRow)
-    if query_id is not None:
-        stmt = stmt.where(AlertRow.query_id == query_id)
-    lo, hi = _ts(since, "since"), _ts(until, "until")
-    if lo is not None:
-        stmt = stmt.where(AlertRow.end_us >= lo)
-    if hi is not None:
-        stmt = stmt.where(AlertRow.end_us < hi)
-    rows, next_cursor = page(session, stmt, AlertRow.id, cursor, limit)
-    return AlertPage(items=[public(r) for r in rows], next_cursor=next_cursor)
+    lo = wire_ts(since, "query.since", from_query=True)
+    hi = wire_ts(until, "query.until", from_query=True)
+    rows, next_cursor = page(session, alert.selection(query_id, lo, hi), AlertRow.id, cursor, limit)
+    return AlertPage(items=[alert.public(r) for r in rows], next_cursor=next_cursor)
 
 
 @router.get("/{id}", summary="Get an alert")
 def get_alert(id: Id, session: SessionDep, _: ReadKey) -> AlertPublic:
-    return public(get_or_404(session, AlertRow, id, "alert"))
+    return alert.public(get_or_404(session, AlertRow, id, "alert"))
