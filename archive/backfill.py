@@ -35,54 +35,56 @@ Matches are appended with delta-rs to the results table ``<root>/_backfills/resu
 backfill id, match, start, end) and returned. Progress (percent of the job group's tasks done,
 events scanned) goes to a callback; :func:`cancel_backfill` cancels the job group; any failure
 raises :class:`BackfillError` with the reason.
+
+The functions that run on the Python workers are :mod:`archive.backfill_workers`, the Delta results table
+:mod:`archive.backfill_results`; this module plans the Spark job on the driver, runs it with progress and
+cancellation, and keeps every public name importable.
 """
 from __future__ import annotations
 
-import functools
-import itertools
 import os
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from archive.backfill_results import RESULTS_DIR, RESULTS_SCHEMA, read_results, write_results_table
+from archive.backfill_workers import _group_fn, _instances_fn, _join_fn
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from archive.backfill_workers import LiveStatement
     from archive.reader import ArchiveReader, Backend
     from archive.schema import EventType
-    from engine.compiler import CompiledQuery
-    from engine.intervals.derive import IntervalStatement
     from engine.live_archived.plan import LiveArchivedPlan
 
-    LiveStatement = CompiledQuery | IntervalStatement
-    """What a backfill runs per key group: a live pattern query, or an INTERVAL statement (issue 15)."""
+__all__ = [
+    "MAX_US",
+    "MIN_US",
+    "RESULTS_DIR",
+    "RESULTS_SCHEMA",
+    "BackfillError",
+    "BackfillResult",
+    "Progress",
+    "cancel_backfill",
+    "read_results",
+    "run_backfill",
+    "write_results_table",
+]
 
-RESULTS_DIR = "_backfills/results"
 MIN_US = -(1 << 62)
 MAX_US = 1 << 62
 _GROUP_COL = "__lace_group"
 _INSTANCE_SCHEMA = "key string, start long, `end` long, payload string"
 _OUT_SCHEMA = "query string, match string, start long, `end` long"
-RESULTS_SCHEMA = pa.schema(
-    [
-        pa.field("query", pa.string()),
-        pa.field("query_id", pa.int64()),
-        pa.field("backfill_id", pa.string()),
-        pa.field("match", pa.string()),
-        pa.field("start", pa.int64()),
-        pa.field("end", pa.int64()),
-        pa.field("created_at", pa.timestamp("us", tz="UTC")),
-    ]
-)
 
 
 class BackfillError(RuntimeError):
@@ -139,217 +141,6 @@ def cancel_backfill(job_group: str, *, spark: SparkSession | None = None) -> Non
     from archive.spark import get_spark
 
     (spark or get_spark()).sparkContext.cancelJobGroup(job_group)
-
-
-def _norm_key(value: Any) -> str | None:
-    """A join key as a string that is equal exactly when the values compare equal (5 == 5.0 == True)."""
-    import orjson
-
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        value = int(value)
-    elif isinstance(value, float) and value.is_integer():
-        value = int(value)
-    return orjson.dumps(value).decode()
-
-
-@functools.lru_cache(maxsize=16)
-def _plan(query_text: str) -> LiveArchivedPlan:
-    """The compiled live-and-archived query (cached per Python worker, like :func:`_side`)."""
-    from engine.live_archived.plan import compile_live_archived
-
-    return compile_live_archived(query_text)
-
-
-@functools.lru_cache(maxsize=16)
-def _side(query_text: str, side: str | None) -> tuple[LiveStatement, Callable[[Any], tuple[str | None, str] | None]]:
-    """The compiled pattern of one side and ``encode(match) -> (join key, payload)`` (None: drop the match).
-
-    ``side`` None: a live query, payload ``match_line`` (its output line); ``"live"``/``"archived"``:
-    that side of a live-and-archived query, payload ``match_wire`` (whole events, for the join).
-    Cached: a Python worker compiles the query once, not once per key group (Spark reuses workers).
-    """
-    from engine.io import match_line, match_wire
-
-    if side is None:
-        from engine.detector import compile_statement
-        from engine.live_archived.plan import LiveArchivedPlan
-        from engine.rules.filters import CompiledFilter
-        from engine.rules.statements import AggregateStatement
-
-        statement = compile_statement(query_text)  # a pattern query, or INTERVAL (issue 15)
-        assert not isinstance(statement, LiveArchivedPlan | CompiledFilter | AggregateStatement)  # run_backfill checked
-        return statement, lambda m: (None, match_line(m))
-    from engine.live_archived.plan import NO_KEY
-
-    plan = _plan(query_text)
-    keyed = plan.key is not None
-    if side == "live":
-
-        def encode_live(m: Any) -> tuple[str | None, str] | None:
-            k = plan.key_of(m)
-            if k is NO_KEY:
-                return None  # the key equality cannot hold: the instance joins nothing
-            return (_norm_key(k) if keyed else None), match_wire(m)
-
-        return plan.live, encode_live
-
-    def encode_archived(m: Any) -> tuple[str | None, str] | None:
-        k = _norm_key(plan.archived_key(m)) if keyed else None
-        if keyed and k is None:
-            return None
-        return k, match_wire(m)
-
-    return plan.archived, encode_archived
-
-
-def _instances_fn(
-    query_text: str, side: str | None, attrs_by_type: dict[str, list[str]], acc: Any
-) -> Callable[[pa.Table], pa.Table]:
-    """The per-key-group function shipped to the Python workers: events -> instance rows.
-
-    Runs the side's :class:`engine.matcher.Matcher` over the group's events in ``(ts, id)`` order
-    and returns one row ``(key, start, end, payload)`` per match (see :func:`_side`).
-    """
-
-    def run(table: pa.Table) -> pa.Table:
-        from engine.events import Event
-        from engine.intervals.derive import IntervalStatement
-        from engine.matcher import Matcher
-
-        compiled, encode = _side(query_text, side)
-        # INTERVAL (issue 15): its deriver, as live (a key group holds whole runs: the statement is per key)
-        matcher = compiled.make_detector(0) if isinstance(compiled, IntervalStatement) else Matcher(compiled)
-        if "ts_end" in table.column_names:  # interval types (issue 15): the matcher's order is (ts_end, id)
-            ends = pc.coalesce(table.column("ts_end"), table.column("ts"))
-            table = table.set_column(table.column_names.index("ts_end"), "ts_end", ends)
-            table = table.sort_by([("ts_end", "ascending"), ("id", "ascending")])
-        else:
-            table = table.sort_by([("ts", "ascending"), ("id", "ascending")])
-        found: list[Any] = []
-        push = matcher.push
-        for etype, ids, tss, ends_, names, values in _columns(table, attrs_by_type):
-            for i, ts, end, vals in zip(ids, tss, ends_, values):
-                found.extend(push(Event(i, etype, ts, dict(zip(names, vals)), end)))
-        found.extend(matcher.flush())
-        acc.add(table.num_rows)
-        keys, starts, ends, payloads = [], [], [], []
-        for m in found:
-            enc = encode(m)
-            if enc is not None:
-                keys.append(enc[0])
-                starts.append(m.start)
-                ends.append(m.end)
-                payloads.append(enc[1])
-        return pa.table(
-            {
-                "key": pa.array(keys, pa.string()),
-                "start": pa.array(starts, pa.int64()),
-                "end": pa.array(ends, pa.int64()),
-                "payload": pa.array(payloads, pa.string()),
-            }
-        )
-
-    return run
-
-
-def _columns(
-    table: pa.Table, attrs_by_type: dict[str, list[str]]
-) -> Iterator[tuple[str, list[int], list[int], Any, list[str], Iterator[tuple[Any, ...]]]]:
-    """A sorted group as ``(type, ids, tss, ts_ends, attribute names, value tuples)`` runs of one type each.
-
-    ``ts_ends`` is the ``ts_end`` list of an extract with interval types, else an iterator of None
-    (point events).
-
-    A group of one event type (the usual case) is one run: its columns are converted once, not cell by cell.
-    """
-    types = table.column("type")
-    if types.null_count == 0 and pc.count_distinct(types).as_py() <= 1:
-        bounds = [(0, table.num_rows)]
-    else:  # consecutive events of the same type
-        tl = types.to_pylist()
-        cuts = [0] + [i for i in range(1, len(tl)) if tl[i] != tl[i - 1]] + [len(tl)]
-        bounds = list(zip(cuts[:-1], cuts[1:]))
-    for lo, hi in bounds:
-        if hi <= lo:
-            continue
-        part = table.slice(lo, hi - lo)
-        etype = part.column("type")[0].as_py()
-        names = list(attrs_by_type.get(etype, ()))
-        cols = [part.column(a).to_pylist() for a in names]
-        values = zip(*cols) if cols else itertools.repeat((), part.num_rows)
-        ends = (
-            part.column("ts_end").to_pylist()
-            if "ts_end" in part.column_names
-            else itertools.repeat(None, part.num_rows)
-        )
-        yield etype, part.column("id").to_pylist(), part.column("ts").to_pylist(), ends, names, values
-
-
-def _join_fn(query_text: str) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """``mapInArrow`` over candidate pairs ``(live payload, archived payload)``: the JOIN, then the result rows."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from engine.io import match_from_wire, match_line
-
-        plan = _plan(query_text)
-        for batch in batches:
-            lives, archs = batch.column(0).to_pylist(), batch.column(1).to_pylist()
-            cache: dict[str, Any] = {}
-            names, lines, starts, ends = [], [], [], []
-            for lp, ap in zip(lives, archs):
-                inst = cache.get(lp)
-                if inst is None:
-                    inst = cache[lp] = match_from_wire(lp)
-                j = match_from_wire(ap)
-                if plan.joins(inst, j):
-                    r = plan.result(inst, j)
-                    names.append(r.query)
-                    lines.append(match_line(r))
-                    starts.append(r.start)
-                    ends.append(r.end)
-            yield pa.RecordBatch.from_pydict(
-                {
-                    "query": pa.array(names, pa.string()),
-                    "match": pa.array(lines, pa.string()),
-                    "start": pa.array(starts, pa.int64()),
-                    "end": pa.array(ends, pa.int64()),
-                }
-            )
-
-    return run
-
-
-def _group_fn(query_text: str) -> Callable[[pa.Table], pa.Table]:
-    """``groupBy(live payload).applyInArrow`` for the grouped RETURN form: one live instance's candidate
-    pairs -> its one result (:meth:`LiveArchivedPlan.group`), or no row when no candidate joins."""
-
-    def run(table: pa.Table) -> pa.Table:
-        from engine.io import match_from_wire, match_line
-
-        plan = _plan(query_text)
-        names, lines, starts, ends = [], [], [], []
-        lives = table.column("lp")
-        if table.num_rows:
-            inst = match_from_wire(lives[0].as_py())
-            joined = [j for j in map(match_from_wire, table.column("ap").to_pylist()) if plan.joins(inst, j)]
-            if joined:
-                r = plan.group(inst, joined)
-                names.append(r.query)
-                lines.append(match_line(r))
-                starts.append(r.start)
-                ends.append(r.end)
-        return pa.table(
-            {
-                "query": pa.array(names, pa.string()),
-                "match": pa.array(lines, pa.string()),
-                "start": pa.array(starts, pa.int64()),
-                "end": pa.array(ends, pa.int64()),
-            }
-        )
-
-    return run
 
 
 def _progress(spark: SparkSession, job_group: str, events: int) -> Progress:
@@ -641,46 +432,3 @@ def run_backfill(
     return BackfillResult(
         backfill_id, name, matches, lines, scanned, pins, results_uri, time.perf_counter() - t0, from_us, to_us
     )
-
-
-def write_results_table(root: str | Path, backfill_id: str, table: pa.Table, *, query_id: int | None = None) -> str:
-    """Append match rows (query, match, start, end) to ``<root>/_backfills/results`` with delta-rs.
-
-    The table is partitioned by ``backfill_id`` (one backfill's rows are read without the others');
-    ``query_id`` is the service's id of the query (None from ``lace backfill``).
-    """
-    from datetime import UTC, datetime
-
-    from deltalake import DeltaTable, write_deltalake
-
-    n = table.num_rows
-    now = datetime.now(UTC)
-    rows = pa.table(
-        {
-            "query": table.column("query").cast(pa.string()),
-            "query_id": pa.array([query_id] * n, pa.int64()),
-            "backfill_id": pa.array([backfill_id] * n, pa.string()),
-            "match": table.column("match"),
-            "start": table.column("start"),
-            "end": table.column("end"),
-            "created_at": pa.array([now] * n, pa.timestamp("us", tz="UTC")),
-        },
-        schema=RESULTS_SCHEMA,
-    )
-    uri = str(Path(root) / RESULTS_DIR)
-    Path(uri).mkdir(parents=True, exist_ok=True)
-    partitioned = not DeltaTable.is_deltatable(uri) or DeltaTable(uri).metadata().partition_columns == ["backfill_id"]
-    write_deltalake(uri, rows, mode="append", partition_by=["backfill_id"] if partitioned else None)
-    return uri
-
-
-def read_results(root: str | Path, backfill_id: str | None = None) -> pa.Table:
-    """The results table (optionally one backfill's rows), read with delta-rs."""
-    from deltalake import DeltaTable
-
-    uri = str(Path(root) / RESULTS_DIR)
-    if not DeltaTable.is_deltatable(uri):
-        return RESULTS_SCHEMA.empty_table()
-    if backfill_id is None:
-        return DeltaTable(uri).to_pyarrow_table()
-    return DeltaTable(uri).to_pyarrow_table(filters=[("backfill_id", "=", backfill_id)])

@@ -30,18 +30,18 @@ What the demo does, all of it over HTTP as a user would (:func:`run_demo`):
 
 Ingest-to-webhook latency of an alert: its arrival at the receiver minus the wall time at which the
 ``POST /events`` holding its last event was sent.
+
+The bundled data and queries are :mod:`cli.demo_streams`, the HTTP side of a run :mod:`cli.demo_client`, what is
+printed :mod:`cli.demo_report`; every public name stays importable from here.
 """
 from __future__ import annotations
 
-import heapq
 import shutil
 import signal
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,371 +49,59 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from cli.app import app, fail
-from engine.detector import Statement, is_live_archived
-from engine.detector import compile as compile_statement
+from cli.demo_client import QueryRun, _Demo, _post_paced
+from cli.demo_report import _fmt_time, _summary, percentile
+from cli.demo_streams import (
+    DATA,
+    DAY_US,
+    HOUR_US,
+    KEY,
+    SPLITS,
+    STREAMS,
+    DemoError,
+    DemoQuery,
+    Stream,
+    load_demo_queries,
+    load_queries,
+    load_stream,
+    plan_streams,
+    sentinel,
+    split_stream,
+)
 from engine.events import Event
-from engine.io import read_events
 
-DATA = Path(__file__).resolve().parent / "demo_data"
-STREAMS = ("bars_1m.csv", "traffic_slice.csv")
-HOUR_US = 3_600_000_000
-DAY_US = 24 * HOUR_US
-KEY = "key"
-"""The partition key attribute of every demo event type."""
+__all__ = [
+    "ARCHIVE_BATCH",
+    "DATA",
+    "DAY_US",
+    "HOUR_US",
+    "IDLE_TIMEOUT_S",
+    "KEY",
+    "LIVE_BATCH",
+    "SPLITS",
+    "STREAMS",
+    "DemoError",
+    "DemoQuery",
+    "QueryRun",
+    "Stream",
+    "demo",
+    "load_demo_queries",
+    "load_queries",
+    "load_stream",
+    "percentile",
+    "plan_streams",
+    "run_demo",
+    "sentinel",
+    "split_stream",
+]
+
 LIVE_BATCH = 1_000
 """Events per ``POST /events`` of the live part."""
 ARCHIVE_BATCH = 5_000
 """Events per ``POST /events`` of the archived part."""
 IDLE_TIMEOUT_S = 300.0
-
-
-def _utc_us(year: int, month: int, day: int) -> int:
-    return int(datetime(year, month, day, tzinfo=UTC).timestamp()) * 1_000_000
-
-
-SPLITS: dict[str, int] = {
-    "bar": _utc_us(2013, 10, 9),  # Monday and Tuesday archived; Wednesday to Friday live
-    "traffic": _utc_us(2014, 8, 11),  # 2014-08-01 .. 10 archived; 11 .. 14 live
-}
-"""Per event type: events before this time (int microseconds UTC) are archived up front, the rest posted live."""
-
-
-class DemoError(RuntimeError):
-    """The demo cannot go on (the service refused a request, stopped, or did not finish in time)."""
-
-
-@dataclass(frozen=True)
-class DemoQuery:
-    """A demo query: its name, LQL text and compiled statement."""
-
-    name: str
-    text: str
-    statement: Statement
-
-    @property
-    def live_archived(self) -> bool:
-        return is_live_archived(self.statement)
-
-    @property
-    def types(self) -> frozenset[str]:
-        return frozenset(self.statement.stream_types)
-
-    @property
-    def window_us(self) -> int | None:
-        st: Any = self.statement
-        return st.live.window_us if self.live_archived else st.window_us
-
-
-@dataclass
-class Stream:
-    """The events of one type: the archived part, the live part, and the queries registered after its archived part."""
-
-    type: str
-    archived: list[Event]
-    live: list[Event]
-    queries: list[DemoQuery] = field(default_factory=list)
-
-    @property
-    def first_ts(self) -> int:
-        return (self.archived or self.live)[0].ts
-
-    @property
-    def last_ts(self) -> int:
-        return (self.live or self.archived)[-1].ts
-
-
-@dataclass
-class QueryRun:
-    """A registered demo query: its service id and what arrived for it."""
-
-    query: DemoQuery
-    id: int
-    stream: str
-    received: list[dict[str, Any]] = field(default_factory=list)
-    latency_s: list[float] = field(default_factory=list)
-    shown: int = 0
-
-
-# ---------------------------------------------------------------------------- data
-
-
-def load_stream(data_dir: Path = DATA) -> list[Event]:
-    """Both bundled streams merged in (ts, id) order; ids renumbered to stay unique."""
-    streams = [list(read_events(data_dir / name)) for name in STREAMS]
-    merged = list(heapq.merge(*streams, key=lambda e: (e.ts, e.type)))
-    return [Event(i, e.type, e.ts, e.attrs) for i, e in enumerate(merged, start=1)]
-
-
-def split_stream(events: list[Event], splits: dict[str, int] = SPLITS) -> tuple[list[Event], list[Event]]:
-    """``(archived, live)``: each event goes to the archive when it is before its type's split time."""
-    archived: list[Event] = []
-    live: list[Event] = []
-    for e in events:
-        (archived if e.ts < splits.get(e.type, 0) else live).append(e)
-    return archived, live
-
-
-def load_demo_queries(data_dir: Path = DATA) -> list[DemoQuery]:
-    """The demo queries (``queries/*.lql``), by file name, compiled (named by their NAME, else the file)."""
-    out: list[DemoQuery] = []
-    for p in sorted((data_dir / "queries").glob("*.lql")):
-        text = p.read_text(encoding="utf-8")
-        statement = compile_statement(text)
-        out.append(DemoQuery(str(statement.name or p.stem), text, statement))
-    return out
-
-
-def load_queries(data_dir: Path = DATA) -> list[Statement]:
-    """The demo queries compiled: a CompiledQuery (live-only) or a LiveArchivedPlan each."""
-    return [q.statement for q in load_demo_queries(data_dir)]
-
-
-def plan_streams(archived: list[Event], live: list[Event], queries: Sequence[DemoQuery]) -> list[Stream]:
-    """The streams in posting order (by first event time), each with the queries registered after its
-    archived part (a query goes with the last-posted stream of its types).
-
-    Raises
-    ------
-    DemoError
-        When two streams overlap in event time (posting one after the other would make events late),
-        or a query reads a type the data does not have.
-    """
-    by_type: dict[str, Stream] = {}
-    for part, events in (("archived", archived), ("live", live)):
-        for e in events:
-            s = by_type.get(e.type) or by_type.setdefault(e.type, Stream(e.type, [], []))
-            getattr(s, part).append(e)
-    streams = sorted(by_type.values(), key=lambda s: s.first_ts)
-    for a, b in zip(streams, streams[1:]):
-        if b.first_ts <= a.last_ts:
-            raise DemoError(f"streams {a.type} and {b.type} overlap in event time; the demo posts one after the other")
-    order = {s.type: i for i, s in enumerate(streams)}
-    for q in queries:
-        missing = sorted(q.types - set(order))
-        if missing:
-            raise DemoError(f"query {q.name} reads {', '.join(missing)}, which the data does not have")
-        streams[max(order[t] for t in q.types)].queries.append(q)
-    return streams
-
-
-def sentinel(template: Event, ts: int, eid: int, keys: set[Any]) -> Event:
-    """An event of ``template``'s type at ``ts`` that matches nothing: a key no event has, other values zeroed."""
-    attrs: dict[str, Any] = {}
-    for name, value in template.attrs.items():
-        if name == KEY:
-            value = "~sentinel~" if isinstance(value, str) else min(k for k in keys if isinstance(k, int | float)) - 1
-        elif isinstance(value, bool):
-            value = False
-        elif isinstance(value, int | float):
-            value = type(value)(0)
-        elif isinstance(value, str):
-            value = ""
-        attrs[name] = value
-    return Event(eid, template.type, ts, attrs)
-
-
-# ---------------------------------------------------------------------------- formatting
-
-
-def _fmt_time(ts_us: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts_us // 1_000_000))
-
-
-def _fmt_fields(fields: dict[str, Any]) -> str:
-    parts = []
-    for k, v in fields.items():
-        if isinstance(v, int) and not isinstance(v, bool) and v > 10**15:  # a timestamp in microseconds
-            v = _fmt_time(v)
-        elif isinstance(v, float):
-            v = f"{v:.4g}"
-        parts.append(f"{k}={v}")
-    return " ".join(parts)
-
-
-def _iso_us(text: str) -> int:
-    return int(datetime.fromisoformat(text).timestamp() * 1_000_000)
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank ``q`` quantile (0..1) of ``values``; 0.0 when empty."""
-    if not values:
-        return 0.0
-    xs = sorted(values)
-    return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
-
-
-# ---------------------------------------------------------------------------- the run
-
-
-class _Demo:
-    """One run of the demo against a started service and receiver (see :func:`run_demo`)."""
-
-    def __init__(self, client: Any, receiver: Any, service: Any, console: Console, show: int, last_id: int) -> None:
-        self.c = client
-        self.receiver = receiver
-        self.service = service
-        self.console = console
-        self.out = console
-        self.show = show
-        self.runs: dict[str, QueryRun] = {}
-        self.posted_at: list[float] = [0.0] * (last_id + 1)
-        self.posts = 0
-
-    # ------------------------------------------------------------------ requests
-
-    def request(self, method: str, path: str, expect: int, **kw: Any) -> Any:
-        r = self.c.request(method, path, **kw)
-        if r.status_code != expect:
-            self.service.check()
-            raise DemoError(f"{method} {path} answered {r.status_code}: {r.text[:500]}")
-        return r.json() if r.content else None
-
-    def post_events(self, events: Sequence[Event]) -> None:
-        import orjson
-
-        body = orjson.dumps([{"id": e.id, "type": e.type, "ts": e.ts // 1_000, "attrs": e.attrs} for e in events])
-        at = time.time()
-        doc = self.request("POST", "/events", 200, content=body, headers={"Content-Type": "application/json"})
-        if doc["rejected"] or doc["query_late"] or doc.get("duplicates"):
-            problems = doc["rejections"] or doc["query_late"] or [f"duplicate ids {doc['duplicates'][:3]}"]
-            raise DemoError(f"the service refused events: {problems[:3]}")
-        posted = self.posted_at
-        for e in events:
-            posted[e.id] = at
-        self.posts += 1
-
-    def register_types(self, events: Sequence[Event]) -> list[str]:
-        from cli.replay import infer_event_types
-
-        names = []
-        for t in infer_event_types(events, KEY):
-            body = {"name": t.name, "attributes": dict(t.attributes), "partition_key": t.key}
-            self.request("POST", "/event-types", 201, json=body)
-            names.append(t.name)
-        return names
-
-    def register_query(self, q: DemoQuery, stream: str, tolerance_us: int) -> QueryRun:
-        body: dict[str, Any] = {"text": q.text, "name": q.name}
-        if q.live_archived:
-            body |= {"algorithm": "sllaa", "tolerance": f"{tolerance_us} us"}
-        created = self.request("POST", "/queries", 201, json=body)
-        run = QueryRun(q, created["id"], stream)
-        hook = f"q{run.id}"
-        wh = self.request("POST", "/webhooks", 201, json={"query_id": run.id, "url": self.receiver.url(hook)})
-        self.receiver.add_secret(hook, wh["secret"])
-        self.runs[hook] = run
-        return run
-
-    # ------------------------------------------------------------------ alerts
-
-    def drain(self) -> None:
-        """Take the deliveries that arrived: latency, and print the first ``show`` per query."""
-        q = self.receiver.arrivals
-        while not q.empty():
-            d = q.get_nowait()
-            run = self.runs.get(d.hook)
-            if run is None:
-                continue
-            body = d.body
-            run.received.append(body)
-            sent = max((self.posted_at[i] for ids in body["events"].values() for i in ids
-                        if 0 <= i < len(self.posted_at)), default=0.0)
-            if sent:
-                run.latency_s.append(d.at_s - sent)
-            if run.shown < self.show:
-                run.shown += 1
-                end = _fmt_time(_iso_us(body["end"]))
-                self.out.print(f"[cyan]{end}[/cyan] [bold]{run.query.name}[/bold] {_fmt_fields(body['fields'])}")
-            elif run.shown == self.show:
-                run.shown += 1
-                self.out.print(f"[dim]{run.query.name}: further alerts are counted in the summary[/dim]")
-
-    def stats(self, run: QueryRun) -> dict[str, Any]:
-        return dict(self.request("GET", f"/queries/{run.id}", 200)["stats"] or {})
-
-    def count_alerts(self, run: QueryRun) -> int:
-        n, cursor = 0, None
-        while True:
-            params: dict[str, Any] = {"query_id": run.id, "limit": 1000}
-            if cursor:
-                params["cursor"] = cursor
-            page = self.request("GET", "/alerts", 200, params=params)
-            n += len(page["items"])
-            cursor = page["next_cursor"]
-            if not cursor:
-                return n
-
-    def wait_idle(self, timeout_s: float, report: Callable[[str], None] | None = None) -> dict[str, int]:
-        """Until every live-and-archived query matched what it got and answered every archive request, and
-        no delivery is pending; returns the alerts per query (``GET /alerts``). ``report(text)`` gets the
-        progress (archive requests in flight, live instances waiting, alerts received) on each poll.
-
-        Raises
-        ------
-        DemoError
-            On timeout, or when a delivery is dead-lettered.
-        """
-        deadline = time.monotonic() + timeout_s
-        while True:
-            self.service.check()
-            self.drain()
-            in_flight = waiting = backlog = 0
-            for run in self.runs.values():
-                if run.query.live_archived:
-                    la = self.stats(run)["live_archived"]
-                    in_flight += la["requests_in_flight"]
-                    waiting += la["pending_live_instances"]
-                    backlog += la["backlog_events"]
-            if report is not None:
-                report(
-                    f"waiting: {in_flight} archive requests in flight, {waiting} live instances before their "
-                    f"subwindow closes, {backlog} events queued; {self.receiver.accepted():,} alerts received"
-                )
-            if not (in_flight or waiting or backlog):
-                pending = self.request("GET", "/deliveries", 200, params={"status": "pending", "limit": 1})
-                dead = self.request("GET", "/deliveries", 200, params={"status": "dead", "limit": 1})
-                if dead["items"]:
-                    raise DemoError(f"a delivery was dead-lettered: {dead['items'][0]}")
-                if not pending["items"]:
-                    alerts = {run.query.name: self.count_alerts(run) for run in self.runs.values()}
-                    if self.receiver.accepted() >= sum(alerts.values()):
-                        self.drain()
-                        return alerts
-            if time.monotonic() > deadline:
-                raise DemoError(f"the queries were not idle with every alert delivered after {timeout_s:g} s")
-            time.sleep(0.2)
-
-
-def _post_paced(
-    demo: _Demo, events: Sequence[Event], *, batch: int, speed: float, advance: Callable[[int], None]
-) -> None:
-    """Post ``events`` in batches of at most ``batch``; with ``speed`` > 0, at ``speed`` event-time seconds per wall
-    second (what is due every 0.1 s); ``advance(n)`` after each post."""
-    if not events:
-        return
-    started = time.perf_counter()
-    first = events[0].ts
-    i, n = 0, len(events)
-    while i < n:
-        if speed > 0:
-            due_ts = first + (time.perf_counter() - started) * speed * 1_000_000
-            j = i
-            while j < n and j - i < batch and events[j].ts <= due_ts:
-                j += 1
-            if j == i:
-                wait = (events[i].ts - first) / 1_000_000 / speed - (time.perf_counter() - started)
-                demo.drain()
-                time.sleep(min(max(wait, 0.0), 0.1))
-                continue
-        else:
-            j = min(i + batch, n)
-        demo.post_events(events[i:j])
-        advance(j - i)
-        demo.drain()
-        i = j
 
 
 @contextmanager
@@ -573,63 +261,6 @@ def _run(
         receiver.stop()
     seconds["total"] = time.perf_counter() - t_total
     return _summary(console, runs, stats, alerts, receiver, seconds, events, archived, live, n_sentinels, tolerance_s)
-
-
-def _summary(
-    console: Console, runs: list[QueryRun], stats: dict[str, dict[str, Any]], alerts: dict[str, int], receiver: Any,
-    seconds: dict[str, float], events: list[Event], archived: list[Event], live: list[Event], n_sentinels: int,
-    tolerance_s: float,
-) -> dict[str, Any]:
-    table = Table(title="summary (webhooks: verified deliveries; p50/p99: ingest-to-webhook latency)")
-    for col in ("query", "kind", "alerts", "webhooks", "archive req.", "p50 ms", "p99 ms"):
-        table.add_column(col, justify="left" if col in ("query", "kind") else "right", no_wrap=col in ("query", "kind"))
-    requests: dict[str, int] = {}
-    per_query_latency: dict[str, dict[str, float]] = {}
-    for run in runs:
-        name = run.query.name
-        la = stats[name].get("live_archived")
-        if la is not None:
-            requests[name] = la["archive_requests"]
-        lat = {"p50": percentile(run.latency_s, 0.5) * 1e3, "p99": percentile(run.latency_s, 0.99) * 1e3}
-        per_query_latency[name] = lat
-        table.add_row(
-            name, "live+archived" if la is not None else "live", f"{alerts[name]:,}", f"{len(run.received):,}",
-            f"{la['archive_requests']:,}" if la is not None else "-", f"{lat['p50']:,.0f}", f"{lat['p99']:,.0f}",
-        )
-    console.print(table)
-    latencies = [x for r in runs for x in r.latency_s]
-    lat_ms = {"p50": percentile(latencies, 0.5) * 1e3, "p99": percentile(latencies, 0.99) * 1e3, "n": len(latencies)}
-    rc = receiver.counts
-    rate = len(live) / seconds["live"] if seconds["live"] > 0 else 0.0
-    console.print(
-        f"events: {len(events):,} ({len(archived):,} archived part, {len(live):,} live part, {n_sentinels} sentinels), "
-        f"all through POST /events; archive requests: {sum(requests.values()):,} (SLLAA, T_L = {tolerance_s:g} s)"
-    )
-    console.print(
-        f"webhook deliveries: {rc.received:,} received, {rc.verified:,} signature-verified alerts, "
-        f"{rc.refused} refused, {rc.redelivered} redelivered; ingest-to-webhook latency p50 {lat_ms['p50']:,.0f} ms, "
-        f"p99 {lat_ms['p99']:,.0f} ms"
-    )
-    console.print(
-        f"time: service start {seconds['service_start']:.1f} s, archived part {seconds['archived']:.1f} s, "
-        f"live part {seconds['live']:.1f} s ({rate:,.0f} events/s), finishing {seconds['finish']:.1f} s, "
-        f"stop {seconds['stop']:.1f} s, total {seconds['total']:.1f} s"
-    )
-    return {
-        "events": len(events),
-        "archived": len(archived),
-        "live": len(live),
-        "sentinels": n_sentinels,
-        "alerts": alerts,
-        "delivered": {r.query.name: len(r.received) for r in runs},
-        "received": {r.query.name: r.received for r in runs},
-        "archive_requests": requests,
-        "webhooks": {"received": rc.received, "verified": rc.verified, "refused": rc.refused,
-                     "redelivered": rc.redelivered},
-        "latency_ms": {**lat_ms, "queries": per_query_latency},
-        "live_events_per_s": rate,
-        "seconds": seconds,
-    }
 
 
 @app.command()

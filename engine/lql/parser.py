@@ -4,32 +4,36 @@ The grammar lives in ``grammar.lark`` and is parsed with lark's LALR(1) parser a
 lexer. Query text is only ever tokenized and parsed: nothing is evaluated with ``eval``/``exec``.
 Every syntax error and every failed check becomes a :class:`QueryError` with the 1-based line and
 column of the offending token and a one-line reason.
+
+The syntax tree is built by :class:`_ToAst`: the pattern statements (``PATTERN ...``, ``LIVE ... ARCHIVED ...``)
+and the statement wrapper (NAME, EMIT INTO) here, over the builders of :mod:`engine.lql.build_rules` (FILTER,
+AGGREGATE, INTERVAL) and :mod:`engine.lql.build_exprs` (expressions) and the shared clauses of
+:mod:`engine.lql.build_common`; syntax errors are worded by :mod:`engine.lql.syntax_errors`.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from lark import Lark, Token, Transformer, Tree, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token, Tree, v_args
+from lark.exceptions import UnexpectedInput, VisitError
 from lark.tree import Meta
 
-from engine.durations import MAX_DURATION_US, UNIT_US
 from engine.lql import ast
+from engine.lql.build_common import _DURATION_HINT, _clauses, _first_child, _pos
+from engine.lql.build_exprs import _ExprBuilders, _installed, _plugin
+from engine.lql.build_rules import _RuleBuilders
 from engine.lql.checks import PartitionRef, check_query
 from engine.lql.errors import QueryError
 from engine.lql.relations import make_relation, relation_expr
+from engine.lql.syntax_errors import _syntax_error
 
 __all__ = ["parse", "parse_expression", "parse_script", "parse_unchecked"]
 
 _GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
 
-_UNIT_US = UNIT_US  # one unit table for LQL, the CLI and the REST API
-_COMPARE_OPS = {"=": "=", "==": "=", "!=": "!=", "<>": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
-_DURATION_HINT = "expected a duration such as '10 min'"
 MAX_DEPTH = 128
 """Deepest syntax tree accepted (nested patterns, operators and clauses): the transformer, the checks
 and the compiler recurse over it, so a deeper one is a :class:`QueryError`, not a RecursionError."""
@@ -48,56 +52,12 @@ def _lark() -> Lark:
     )
 
 
-def _pos(item: Token | Meta) -> ast.Pos:
-    return ast.Pos(getattr(item, "line", 0) or 0, getattr(item, "column", 0) or 0)
-
-
-def _clauses(clauses: list[tuple[str, ast.Pos, Any]]) -> dict[str, Any]:
-    """``{clause name: value}`` of a statement's ``(name, position, value)`` clauses, in any order.
-
-    Raises
-    ------
-    QueryError
-        At the second of two clauses with the same name (``duplicate WITHIN clause``).
-    """
-    seen: dict[str, Any] = {}
-    for name, pos, value in clauses:
-        if name in seen:
-            raise QueryError.at(pos, f"duplicate {name} clause")
-        seen[name] = value
-    return seen
-
-
-def _number(tok: Token) -> int | float:
-    text = str(tok)
-    return float(text) if any(c in text for c in ".eE") else int(text)
-
-
-def _unescape(tok: Token) -> str:
-    body = str(tok)[1:-1]
-    return re.sub(r"\\(.)", lambda m: m.group(1) if m.group(1) in "\\'\"" else m.group(0), body)
-
-
-@dataclass(frozen=True, slots=True)
-class _Duration:
-    us: int | None  # None: the number had no unit
-    pos: ast.Pos  # where the duration text starts (the sign or the number)
-
-
 @dataclass(frozen=True, slots=True)
 class _Part:
     """One ``PATTERN ...`` part before it becomes a PatternQuery."""
 
     query: ast.PatternQuery
     partitions: tuple[PartitionRef, ...]
-
-
-def _first_child(self: Any, meta: Meta, ch: list[Any]) -> Any:
-    return ch[0]
-
-
-def _all_children(self: Any, meta: Meta, ch: list[Any]) -> tuple[Any, ...]:
-    return tuple(ch)
 
 
 def _component(kind: ast.ComponentKind) -> Any:
@@ -107,40 +67,12 @@ def _component(kind: ast.ComponentKind) -> Any:
     return build
 
 
-def _binop(op: ast.ArithOp) -> Any:
-    def build(self: Any, meta: Meta, ch: list[Any]) -> ast.BinOp:
-        return ast.BinOp(op, ch[0], ch[1], _pos(meta))
-
-    return build
-
-
-def _constant(value: bool) -> Any:
-    def build(self: Any, meta: Meta, ch: list[Any]) -> ast.Literal:
-        return ast.Literal(value, _pos(meta))
-
-    return build
-
-
 @v_args(meta=True)
-class _ToAst(Transformer[Token, Any]):
+class _ToAst(_RuleBuilders, _ExprBuilders):
     """Builds :mod:`engine.lql.ast` nodes; raises QueryError for forms the grammar accepts loosely."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.partitions: dict[str, tuple[PartitionRef, ...]] = {}
-        self.statements: list[dict[str, tuple[PartitionRef, ...]]] = []  # per statement of a script
-
     name_clause = join_clause = component = _first_child
-    return_clause = _all_children
-
-    def where_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
-        return ("WHERE", _pos(meta), ch[0])
-
-    def partition_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
-        return ("PARTITION BY", _pos(meta), list(ch))
     single, plus, star, neg = (_component(k) for k in ("single", "plus", "star", "neg"))
-    add, sub, mul, div = (_binop(op) for op in ("+", "-", "*", "/"))
-    true, false = _constant(True), _constant(False)
 
     # ---------------------------------------------------------------- queries
     def start(self, meta: Meta, ch: list[Any]) -> ast.Query:
@@ -159,118 +91,7 @@ class _ToAst(Transformer[Token, Any]):
     def emit_clause(self, meta: Meta, ch: list[Any]) -> Token:
         return ch[0]
 
-    # ---------------------------------------------------------------- layered rules (003)
-    def filter_rule(self, meta: Meta, ch: list[Any]) -> ast.FilterRule:
-        type_tok, var_tok, *clauses = ch
-        seen = _clauses(clauses)
-        return ast.FilterRule(
-            str(type_tok), str(var_tok), seen.get("DROP DUPLICATE"), seen.get("DROP WHEN"), pos=_pos(meta)
-        )
-
-    # ---------------------------------------------------------------- INTERVAL (issue 15)
-    def interval_rule(self, meta: Meta, ch: list[Any]) -> ast.IntervalRule:
-        type_tok, var_tok, *clauses, returns = ch
-        seen = _clauses(clauses)
-        if "COVER" not in seen:
-            raise QueryError.at(_pos(meta), "INTERVAL needs COVER d: how long each event stands for (e.g. COVER 5 min)")
-        partitions = tuple(seen.get("PARTITION BY") or ())
-        self.partitions["query"] = partitions
-        return ast.IntervalRule(
-            type=str(type_tok),
-            var=str(var_tok),
-            when=seen.get("WHEN"),
-            cover_us=seen["COVER"],
-            max_gap_us=seen.get("MAX GAP"),
-            min_duration_us=seen.get("MIN DURATION", 0),
-            partition_by=tuple(p.attr for p in partitions),
-            returns=tuple(returns or ()),
-            pos=_pos(meta),
-        )
-
-    def when_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
-        return ("WHEN", _pos(meta), ch[0])
-
-    def cover_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
-        return ("COVER", _pos(meta), self._positive(ch[0], "COVER"))
-
-    def max_gap_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
-        return ("MAX GAP", _pos(meta), self._non_negative(ch[0], "MAX GAP"))
-
-    def min_duration_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, int]:
-        return ("MIN DURATION", _pos(meta), self._non_negative(ch[0], "MIN DURATION"))
-
-    @staticmethod
-    def _non_negative(duration: _Duration, clause: str) -> int:
-        if duration.us is None:
-            raise QueryError.at(duration.pos, f"{_DURATION_HINT} after {clause}")
-        if duration.us < 0:
-            raise QueryError.at(duration.pos, f"{clause} must not be negative")
-        return duration.us
-
-    def drop_duplicate(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.DropDuplicate]:
-        *items, within = ch
-        self.partitions["duplicate"] = tuple(items)
-        us = self._positive(within, "DROP DUPLICATE ... WITHIN")
-        return ("DROP DUPLICATE", _pos(meta), ast.DropDuplicate(tuple(i.attr for i in items), us, _pos(meta)))
-
-    def drop_when(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
-        return ("DROP WHEN", _pos(meta), ch[0])
-
-    def aggregate_query(self, meta: Meta, ch: list[Any]) -> ast.AggregateQuery:
-        type_tok, var_tok, *clauses, returns = ch
-        seen = _clauses(clauses)
-        window = seen.get("WINDOW")
-        if window is None:
-            raise QueryError.at(
-                _pos(meta), "AGGREGATE needs a WINDOW clause (TUMBLING d, SLIDING d EVERY s or COUNT n)"
-            )
-        groups = tuple(seen.get("GROUP BY") or ())
-        self.partitions["group"] = groups
-        return ast.AggregateQuery(
-            type=str(type_tok),
-            var=str(var_tok),
-            window=window,
-            returns=tuple(returns),
-            where=seen.get("WHERE"),
-            group_by=tuple(g.attr for g in groups),
-            having=seen.get("HAVING"),
-            pos=_pos(meta),
-        )
-
-    def group_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, list[PartitionRef]]:
-        return ("GROUP BY", _pos(meta), list(ch))
-
-    def having_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, Any]:
-        return ("HAVING", _pos(meta), ch[0])
-
-    def window_tumbling(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.WindowSpec]:
-        size = self._positive(ch[0], "WINDOW TUMBLING")
-        return ("WINDOW", _pos(meta), ast.WindowSpec("tumbling", size, size, _pos(meta)))
-
-    def window_sliding(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.WindowSpec]:
-        size = self._positive(ch[0], "WINDOW SLIDING")
-        slide = self._positive(ch[1], "EVERY")
-        if slide > size:
-            raise QueryError.at(
-                ch[1].pos, "EVERY must not be longer than the window (events between windows would be lost)"
-            )
-        return ("WINDOW", _pos(meta), ast.WindowSpec("sliding", size, slide, _pos(meta)))
-
-    def window_count(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, ast.WindowSpec]:
-        size_tok, slide_tok = ch
-        size = self._count(size_tok, "WINDOW COUNT")
-        slide = size if slide_tok is None else self._count(slide_tok, "EVERY")
-        if slide > size:
-            raise QueryError.at(_pos(slide_tok), "EVERY must not be more events than the window holds")
-        return ("WINDOW", _pos(meta), ast.WindowSpec("count", size, slide, _pos(meta)))
-
-    @staticmethod
-    def _count(tok: Token, clause: str) -> int:
-        n = _number(tok)
-        if not isinstance(n, int) or n < 1 or n > 1_000_000:
-            raise QueryError.at(_pos(tok), f"{clause} needs a whole number of events from 1 to 1,000,000")
-        return n
-
+    # ---------------------------------------------------------------- pattern statements
     def single_query(self, meta: Meta, ch: list[Any]) -> ast.PatternQuery:
         part, returns = ch
         self.partitions["query"] = part.partitions
@@ -302,12 +123,6 @@ class _ToAst(Transformer[Token, Any]):
         )
         return _Part(query, partitions)
 
-    def partition_attr(self, meta: Meta, ch: list[Any]) -> PartitionRef:
-        return PartitionRef(None, str(ch[0]), _pos(ch[0]))
-
-    def partition_var_attr(self, meta: Meta, ch: list[Any]) -> PartitionRef:
-        return PartitionRef(str(ch[0]), str(ch[1]), _pos(ch[0]))
-
     def strategy_clause(self, meta: Meta, ch: list[Any]) -> tuple[str, ast.Pos, str]:
         tok = ch[0]
         name = str(tok).lower().replace("-", "_")
@@ -330,37 +145,6 @@ class _ToAst(Transformer[Token, Any]):
 
     def lookback_clause(self, meta: Meta, ch: list[Any]) -> int:
         return self._positive(ch[0], "LOOKBACK")
-
-    @staticmethod
-    def _positive(duration: _Duration, clause: str) -> int:
-        if duration.us is None:
-            raise QueryError.at(duration.pos, f"{_DURATION_HINT} after {clause}")
-        if duration.us <= 0:
-            raise QueryError.at(duration.pos, f"{clause} must be a duration greater than zero")
-        return duration.us
-
-    def duration_pos(self, meta: Meta, ch: list[Any]) -> _Duration:
-        number, unit = ch
-        return _Duration(None if unit is None else self._us(number, unit), _pos(number))
-
-    def duration_neg(self, meta: Meta, ch: list[Any]) -> _Duration:
-        number, unit = ch
-        return _Duration(None if unit is None else -self._us(number, unit), _pos(meta))
-
-    @staticmethod
-    def _us(number: Token, unit: Token) -> int:
-        value = _number(number)
-        size = _UNIT_US[str(unit).lower()]
-        us = value * size if isinstance(value, int) else value * size
-        if not us <= MAX_DURATION_US:  # also catches inf and nan (e.g. 1e400 days)
-            raise QueryError.at(
-                _pos(number), f"the duration {number} {unit} is too long (at most 2^62 us, ~146,000 years)"
-            )
-        return us if isinstance(us, int) else round(us)
-
-    def return_item(self, meta: Meta, ch: list[Any]) -> ast.ReturnItem:
-        expr, alias = ch
-        return ast.ReturnItem(expr, ast.expr_text(expr) if alias is None else str(alias), _pos(meta))
 
     # ---------------------------------------------------------------- patterns
     def seq(self, meta: Meta, ch: list[Any]) -> ast.Seq:
@@ -403,118 +187,7 @@ class _ToAst(Transformer[Token, Any]):
     def neg_kleene(self, meta: Meta, ch: list[Any]) -> ast.Component:
         raise QueryError.at(_pos(meta), "a negation cannot be a Kleene closure: write '!Type v'")
 
-    # ---------------------------------------------------------------- expressions
-    def or_expr(self, meta: Meta, ch: list[Any]) -> ast.BoolOp:
-        return self._flat("or", meta, ch)
-
-    def and_expr(self, meta: Meta, ch: list[Any]) -> ast.BoolOp:
-        return self._flat("and", meta, ch)
-
-    @staticmethod
-    def _flat(op: str, meta: Meta, ch: list[Any]) -> ast.BoolOp:
-        operands: list[ast.Expr] = []
-        for item in ch:
-            if isinstance(item, ast.BoolOp) and item.op == op:
-                operands.extend(item.operands)
-            else:
-                operands.append(item)
-        return ast.BoolOp(op, tuple(operands), _pos(meta))  # type: ignore[arg-type]
-
-    def not_op(self, meta: Meta, ch: list[Any]) -> ast.Not:
-        return ast.Not(ch[0], _pos(meta))
-
-    def compare(self, meta: Meta, ch: list[Any]) -> ast.Compare:
-        left, op, right = ch
-        return ast.Compare(_COMPARE_OPS[str(op)], left, right, _pos(meta))  # type: ignore[arg-type]
-
-    def neg_op(self, meta: Meta, ch: list[Any]) -> ast.Neg:
-        return ast.Neg(ch[0], _pos(meta))
-
-    def number(self, meta: Meta, ch: list[Any]) -> ast.Literal:
-        return ast.Literal(_number(ch[0]), _pos(meta))
-
-    def duration(self, meta: Meta, ch: list[Any]) -> ast.Literal:
-        return ast.Literal(self._us(ch[0], ch[1]), _pos(meta), is_duration=True)
-
-    def string(self, meta: Meta, ch: list[Any]) -> ast.Literal:
-        return ast.Literal(_unescape(ch[0]), _pos(meta))
-
-    def bare_name(self, meta: Meta, ch: list[Any]) -> ast.Expr:
-        name = str(ch[0])
-        raise QueryError.at(_pos(meta), f"'{name}' needs its variable, e.g. v.{name}")
-
-    def equivalence(self, meta: Meta, ch: list[Any]) -> ast.Equivalence:
-        return ast.Equivalence(str(ch[0]), _pos(meta))
-
-    def plain_ref(self, meta: Meta, ch: list[Any]) -> ast.AttrRef:
-        return ast.AttrRef(str(ch[0]), str(ch[1]), None, _pos(meta))
-
-    def indexed_ref(self, meta: Meta, ch: list[Any]) -> ast.AttrRef:
-        return ast.AttrRef(str(ch[0]), str(ch[2]), ch[1], _pos(meta))
-
-    def index_name(self, meta: Meta, ch: list[Any]) -> ast.Index:
-        name = str(ch[0]).lower()
-        if name in ("i", "last"):
-            return ast.Index(name)  # type: ignore[arg-type]
-        raise QueryError.at(_pos(meta), f"unknown index '{ch[0]}' (use i, i-1, last or a number from 1)")
-
-    def index_minus(self, meta: Meta, ch: list[Any]) -> ast.Index:
-        if str(ch[0]).lower() != "i" or str(ch[1]) != "1":
-            raise QueryError.at(_pos(meta), f"unsupported index '{ch[0]}-{ch[1]}' (only i-1 is allowed)")
-        return ast.Index("prev")
-
-    def index_number(self, meta: Meta, ch: list[Any]) -> ast.Index:
-        k = _number(ch[0])
-        if not isinstance(k, int) or k < 1:
-            raise QueryError.at(_pos(meta), f"index '{ch[0]}' must be a whole number from 1")
-        return ast.Index("first") if k == 1 else ast.Index("at", k)
-
-    # ---------------------------------------------------------------- plug-ins (issue 16)
-    def call_var(self, meta: Meta, ch: list[Any]) -> ast.Expr:
-        """``name(v)``: an aggregate over a whole variable (``count(b)``)."""
-        func_tok, var = ch
-        func = str(func_tok).lower()
-        pos = _pos(meta)
-        if func == "count":
-            return ast.Aggregate("count", str(var), None, pos)
-        if func in ast.AGG_FUNCS or _plugin("aggregate", func) is not None:
-            raise QueryError.at(pos, f"{func}() needs an attribute, e.g. {func}({var}.price)")
-        if _plugin("function", func) is not None:
-            raise QueryError.at(_pos(var), f"'{var}' needs its variable, e.g. v.{var}")
-        raise QueryError.at(pos, _unknown_function(func_tok))
-
-    def call(self, meta: Meta, ch: list[Any]) -> ast.Expr:
-        """``name(expr, ...)``: a Kleene aggregate, a plug-in aggregate or a scalar function."""
-        func_tok, *rest = ch
-        args = [a for a in rest if a is not None]
-        func = str(func_tok).lower()
-        pos = _pos(meta)
-        plugin_agg = func not in ast.AGG_FUNCS and _plugin("aggregate", func) is not None
-        if func in ast.AGG_FUNCS or plugin_agg:
-            if len(args) != 1 or not isinstance(args[0], ast.AttrRef):
-                if func == "count":
-                    raise QueryError.at(pos, "count() takes a Kleene variable, e.g. count(b)")
-                raise QueryError.at(pos, f"{func}() takes one attribute of a Kleene variable, e.g. {func}(b.price)")
-            arg = args[0]
-            if func == "count":
-                raise QueryError.at(pos, f"count() takes a Kleene variable, e.g. count({arg.var})")
-            if arg.index is not None:
-                raise QueryError.at(
-                    arg.pos, f"an aggregate takes the whole variable: write {func}({arg.var}.{arg.attr})"
-                )
-            return ast.Aggregate(func, arg.var, arg.attr, pos, plugin=plugin_agg)  # type: ignore[arg-type]
-        plugin = _plugin("function", func)
-        if plugin is None:
-            raise QueryError.at(pos, _unknown_function(func_tok))
-        if plugin.error is not None:
-            raise QueryError.at(pos, f"function '{func}' ({plugin.source}) is broken: {plugin.error}")
-        spec = plugin.obj
-        low = len(spec.params) if spec.min_args is None else spec.min_args
-        if not low <= len(args) <= len(spec.params):
-            want = str(low) if low == len(spec.params) else f"{low} to {len(spec.params)}"
-            raise QueryError.at(pos, f"{func}() takes {want} argument(s), got {len(args)}: {plugin.signature}")
-        return ast.Call(func, tuple(args), pos)
-
+    # ---------------------------------------------------------------- operator components (plug-ins, issue 16)
     def operator_component(self, meta: Meta, ch: list[Any]) -> ast.Component:
         """``name(Type, param, ...) v``: a component binding the composites of operator ``name``."""
         name_tok, *middle, var = ch
@@ -544,89 +217,6 @@ class _ToAst(Transformer[Token, Any]):
                 raise QueryError.at(lit.pos, f"operator '{name}' needs a parameter of type {t} here")
         use = ast.OperatorUse(name, tuple(types), tuple(params))
         return ast.Component("single", (use.derived_type,), str(var), pos, operator=use)
-
-    def neg_number(self, meta: Meta, ch: list[Any]) -> ast.Literal:
-        return ast.Literal(-_number(ch[0]), _pos(meta))
-
-
-def _plugin(kind: str, name: str) -> Any:
-    from engine.plugins.registry import registry
-
-    return registry().get(kind, name)
-
-
-def _installed(kind: str) -> str:
-    from engine.plugins.registry import registry
-
-    return ", ".join(registry().names(kind)) or "none"
-
-
-def _unknown_function(tok: Token) -> str:
-    return (
-        f"unknown function '{tok}' (aggregates: {', '.join(ast.AGG_FUNCS)}; installed functions: "
-        f"{_installed('function')}; `lace operators` lists them)"
-    )
-
-
-# -------------------------------------------------------------------- syntax error messages
-
-_TERMINAL_TEXT = {
-    "COMMA": "','", "RPAR": "')'", "LPAR": "'('", "DOT": "'.'", "LSQB": "'['", "RSQB": "']'",
-    "PLUS": "'+'", "MINUS": "'-'", "STAR": "'*'", "SLASH": "'/'", "BANG": "'!'",
-    "NUMBER": "a number", "STRING": "a string", "IDENT": "a name", "UNIT": "a time unit (us, ms, s, min, h, d)",
-    "STRATEGY_NAME": "a strategy name such as skip_till_next_match", "_KW_PARTITION": "PARTITION BY",
-    "$END": "end of query",
-    "RELATION": "a relation such as BEFORE or OVERLAPS(0 s, 30 min)",
-    "_KW_MAX_GAP": "MAX GAP", "_KW_MIN_DURATION": "MIN DURATION",
-}
-_OPERATORS = {"COMP_OP", "PLUS", "MINUS", "STAR", "SLASH"}
-_ORDER = [
-    "IDENT", "NUMBER", "STRING", "UNIT", "operator", "COMMA", "DOT", "LPAR", "RPAR", "LSQB", "RSQB", "PLUS", "STAR",
-    "_KW_AND", "_KW_OR", "_KW_AS", "_KW_NAME", "_KW_LIVE", "_KW_PATTERN", "_KW_WHERE", "_KW_PARTITION",
-    "_KW_BY", "_KW_STRATEGY", "STRATEGY_NAME", "_KW_WITHIN", "_KW_ARCHIVED", "_KW_LOOKBACK",
-    "_KW_JOIN", "_KW_RETURN", "_KW_PLAN",
-]
-
-
-def _describe(name: str) -> str:
-    if name == "operator":
-        return "an operator"
-    if name.startswith("_KW_"):
-        return _TERMINAL_TEXT.get(name, name[4:])
-    return _TERMINAL_TEXT.get(name, name)
-
-
-def _expected(accepts: set[str]) -> str:
-    if "BANG" in accepts:
-        return "a component such as 'Type v' or 'SEQ(...)'"
-    if {"NUMBER", "STRING", "IDENT", "LPAR"} <= accepts:
-        return "an expression"
-    if accepts == {"IDENT", "PLUS", "STAR"}:  # after a type name
-        return "a variable name, or '+'/'*' for a Kleene closure"
-    names = set(accepts)
-    if names & _OPERATORS:
-        names = (names - _OPERATORS) | {"operator"}
-    ordered = sorted(names, key=lambda n: (_ORDER.index(n) if n in _ORDER else len(_ORDER), n))
-    words = [_describe(n) for n in ordered if n != "$END"] + (["end of query"] if "$END" in names else [])
-    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " or " + words[-1]
-
-
-def _syntax_error(err: UnexpectedInput) -> QueryError:
-    if isinstance(err, UnexpectedToken):
-        tok = err.token
-        try:
-            accepts = set(err.interactive_parser.accepts())
-        except Exception:  # pragma: no cover - lark could not simulate; fall back to the state's keys
-            accepts = set(err.expected)
-        if tok.type == "$END":
-            line, col = (tok.end_line, tok.end_column) if tok.end_line else (tok.line or 1, tok.column or 1)
-            return QueryError(f"unexpected end of query, expected {_expected(accepts)}", line, col)
-        return QueryError(f"unexpected '{tok}', expected {_expected(accepts)}", tok.line, tok.column)
-    if isinstance(err, UnexpectedCharacters):
-        char = err.char
-        reason = "unterminated string" if char in "'\"" else f"unexpected character '{char}'"
-        return QueryError(reason, err.line, err.column)
-    return QueryError(f"syntax error: {err}", getattr(err, "line", 0), getattr(err, "column", 0))
 
 
 # -------------------------------------------------------------------- public entry points

@@ -27,6 +27,10 @@ one pass propagates a watermark through every layer. Cycles are refused when a s
 Timestamps are int microseconds UTC. A derived event's id is a hash of the emitting statement's identity and
 version and of the result's inputs (:func:`engine.rules.derived.derived_event_id`), so the same input through the
 same statement derives the same events, with the same ids, in any process (a restart's replay, issue 24).
+
+This module runs the stream through the graph (push, advance, flush, warm, plan switches, failures and time
+budgets); adding and removing statements and their topological order are :mod:`engine.rules.graph_topology`, the
+nodes and their output watermarks :mod:`engine.rules.graph_nodes`.
 """
 from __future__ import annotations
 
@@ -34,102 +38,32 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
-from engine.compiler import CompiledQuery
 from engine.events import Event
-from engine.lql import ast
 from engine.lql.checks import read_types
-from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.plugins.api import PluginError
 from engine.rules.derived import derived_event, derived_event_id
 from engine.rules.filters import CompiledFilter
+from engine.rules.graph_nodes import (
+    END_OF_TIME,
+    NEVER,
+    Factory,
+    Node,
+    _negation_slack,
+    default_factory,
+    statement_ast,
+)
+from engine.rules.graph_topology import _Topology
 
-NEVER = -(1 << 63)
-"""The watermark before any event: nothing is known to be complete."""
-END_OF_TIME = (1 << 63) - 1
 
 class DerivedInputError(ValueError):
     """An input event of a type a statement derives (EMIT INTO): refused, since it would move that type's
     watermark and mix with the derived events (docs/lql.md: EMIT INTO must not name an ingested type)."""
 
 
-Factory = Callable[[Any], Any]
-"""Compiled statement -> its detector (``push``/``advance``/``flush``/``stats``/``next_deadline``)."""
-
-
-def default_factory(statement: Any, allowed_lateness_us: int = 0) -> Any:
-    """The detector of a compiled statement: a Matcher for a pattern query, a WindowedAggregate for an
-    AGGREGATE statement, ``statement.make_detector()`` for other kinds that provide it.
-
-    Raises
-    ------
-    TypeError
-        For a statement kind that has no detector here (a live-and-archived plan needs an archive:
-        the service runs it).
-    """
-    if isinstance(statement, CompiledQuery):
-        from engine.matcher import Matcher
-
-        return Matcher(statement, allowed_lateness_us=allowed_lateness_us)
-    make = getattr(statement, "make_detector", None)
-    if callable(make):
-        return make(allowed_lateness_us)
-    raise TypeError(f"no detector for a statement of kind {type(statement).__name__} in a rule graph")
-
-
-def statement_ast(statement: Any) -> Any:
-    """The syntax tree of a compiled statement (CompiledQuery.ast, CompiledFilter.rule, or itself)."""
-    if isinstance(statement, CompiledFilter):
-        return statement.rule
-    return getattr(statement, "ast", statement)
-
-
-@dataclass(slots=True, eq=False)
-class Node:
-    """One non-filter statement of the graph with its detector and its place in the flow.
-
-    ``reads``: the event types it reads; ``emit_into``: its derived type (None: it ends in results);
-    ``buffered``: whether its input goes through the (ts, id)-ordered inbox (it reads a derived type);
-    ``consumed``: the input watermark it has been advanced to; ``identity`` and ``version``: what its derived
-    events' ids are made from (:func:`engine.rules.derived.derived_event_id`).
-    """
-
-    name: str
-    statement: Any
-    detector: Any
-    reads: frozenset[str]
-    emit_into: str | None
-    identity: str = ""
-    version: int = 1
-    negation_slack_us: int = 0
-    buffered: bool = False
-    consumed: int = NEVER
-    inbox: list[tuple[int, int, int, Event]] = field(default_factory=list)
-    results: int = 0
-    cpu_s: float = 0.0
-    failed: str | None = None
-    """Why the node stopped: a plug-in its statement names misbehaved (issue 16); it gets no more events."""
-
-    def output_watermark(self) -> int:
-        """A bound below the ts of every derived event this node may still emit."""
-        out_wm = getattr(self.detector, "output_watermark", None)
-        if callable(out_wm):
-            return int(out_wm(self.consumed))
-        return self.consumed - self.negation_slack_us if self.consumed > NEVER else NEVER
-
-
-def _negation_slack(statement: Any) -> int:
-    if isinstance(statement, CompiledQuery):
-        has_neg = any(c.kind == "neg" for c in ast.components(statement.ast.pattern))
-        if has_neg:
-            return statement.window_us if statement.window_us is not None else END_OF_TIME // 2
-    return 0
-
-
-class RuleGraph:
+class RuleGraph(_Topology):
     """Statements over one stream: filters, then nodes linked by derived streams (module docstring).
 
     Parameters
@@ -205,149 +139,6 @@ class RuleGraph:
         self.late: list[str] = []
         """Why events were refused as late by some node since the last :meth:`take_late` (the event
         still reached the other nodes)."""
-
-    # ------------------------------------------------------------------ statements
-
-    @property
-    def derived_types(self) -> frozenset[str]:
-        """The event types some node emits into."""
-        return frozenset(self._emitters)
-
-    def names(self) -> list[str]:
-        """Every statement's name: filters, then nodes in topological order."""
-        return [*self.filter_names, *(n.name for n in self._order)]
-
-    def add(
-        self, name: str, statement: Any, detector: Any = None, *, version: int = 1, identity: str | None = None
-    ) -> None:
-        """Add a compiled statement (from :func:`engine.detector.compile_statement`) under ``name``.
-
-        ``identity`` (default ``name``) and ``version`` name the statement in the ids of its derived events
-        (:func:`engine.rules.derived.derived_event_id`): give the same ones when the same statement is added again
-        (after a restart) and other ones for a changed statement.
-
-        Raises
-        ------
-        QueryError
-            When ``name`` is taken or the statement's EMIT INTO would create a cycle
-            (``EMIT INTO a would create a cycle a → b → a``).
-        """
-        if name in self.nodes or name in self.filter_names:
-            raise QueryError(f"a statement named '{name}' already exists", 0, 0)
-        if isinstance(statement, CompiledFilter):
-            self.filter_names[name] = statement
-            self.filters.setdefault(statement.type, []).append(statement)
-            return
-        tree = statement_ast(statement)
-        reads = read_types(tree)
-        emit = getattr(tree, "emit_into", None)
-        if emit is not None:
-            path = self._path(reads, emit)
-            if path is not None:
-                chain = " \u2192 ".join([*path, emit])
-                raise QueryError.at(getattr(tree, "pos", ast.NOPOS), f"EMIT INTO {emit} would create a cycle {chain}")
-        node = Node(
-            name,
-            statement,
-            detector if detector is not None else self.factory(statement),
-            reads,
-            emit,
-            identity=name if identity is None else identity,
-            version=version,
-            negation_slack_us=_negation_slack(statement),
-        )
-        self.nodes[name] = node
-        for t in reads:
-            self._readers.setdefault(t, []).append(node)
-        if emit is not None:
-            self._emitters.setdefault(emit, []).append(node)
-        if self.router is not None:
-            self.router.add(name, tree)
-        if emit is None:  # nothing reads it: last in the topological order (O(1), not a full re-sort)
-            node.buffered = bool(reads.intersection(self._emitters))
-            self._order.append(node)
-            if node.buffered or _timed(node):
-                self._timed.append(node)
-        else:
-            self._reorder()
-
-    def remove(self, name: str) -> list[Match]:
-        """Remove a statement; returns nothing of it (its partial matches and open windows are dropped).
-
-        Raises
-        ------
-        KeyError
-            For an unknown name.
-        """
-        if name in self.filter_names:
-            f = self.filter_names.pop(name)
-            self.filters[f.type].remove(f)
-            return []
-        node = self.nodes.pop(name)
-        for t in node.reads:
-            self._readers[t].remove(node)
-        if self.router is not None:
-            self.router.remove(name)
-        if node.emit_into is not None:
-            self._emitters[node.emit_into].remove(node)
-            if not self._emitters[node.emit_into]:
-                del self._emitters[node.emit_into]
-            self._reorder()
-        else:  # nothing read it: the others keep their order
-            self._order = [n for n in self._order if n is not node]
-            self._timed = [n for n in self._timed if n is not node]
-        return []
-
-    def cycle(self, statement: Any, exclude: str | None = None) -> str | None:
-        """Why adding ``statement`` (replacing the node ``exclude``, if given) would close a cycle, or None."""
-        tree = statement_ast(statement)
-        emit = getattr(tree, "emit_into", None)
-        if emit is None:
-            return None
-        path = self._path(read_types(tree), emit, exclude)
-        if path is None:
-            return None
-        chain = " \u2192 ".join([*path, emit])
-        return f"EMIT INTO {emit} would create a cycle {chain}"
-
-    def _path(self, reads: Iterable[str], target: str, exclude: str | None = None) -> list[str] | None:
-        """The derived types from ``target`` to one of ``reads`` through existing nodes (``[target, ..., r]``:
-        with the new statement, a cycle), or None."""
-        goal = set(reads)
-        stack: list[list[str]] = [[target]]
-        seen: set[str] = set()
-        while stack:
-            path = stack.pop()
-            t = path[-1]
-            if t in goal:
-                return path
-            if t in seen:
-                continue
-            seen.add(t)
-            for node in self._readers.get(t, ()):
-                if node.emit_into is not None and node.name != exclude:
-                    stack.append([*path, node.emit_into])
-        return None
-
-    def _reorder(self) -> None:
-        """Topological order of the nodes (emitters before readers) and the buffered/timed sets."""
-        derived = set(self._emitters)
-        indegree: dict[str, int] = {}
-        for node in self.nodes.values():
-            node.buffered = bool(node.reads & derived)
-            indegree[node.name] = sum(len(self._emitters.get(t, ())) for t in node.reads)
-        ready = [n for n in self.nodes.values() if indegree[n.name] == 0]
-        order: list[Node] = []
-        while ready:
-            node = ready.pop(0)
-            order.append(node)
-            if node.emit_into is not None:
-                for reader in self._readers.get(node.emit_into, ()):
-                    indegree[reader.name] -= 1
-                    if indegree[reader.name] == 0:
-                        ready.append(reader)
-        self._order = order
-        self._timed = [n for n in order if n.buffered or n.emit_into is not None or _timed(n)]
 
     # ------------------------------------------------------------------ the stream
 
@@ -726,11 +517,6 @@ class RuleGraph:
         for f_list in self.filters.values():
             for f in f_list:
                 f.advance(ingest_wm)
-
-
-def _timed(node: Node) -> bool:
-    """Whether a node's detector acts on time (windows, interval derivation): it is advanced as the watermark moves."""
-    return not isinstance(node.statement, CompiledQuery) or node.negation_slack_us > 0
 
 
 __all__ = ["END_OF_TIME", "NEVER", "Node", "RuleGraph", "default_factory", "statement_ast"]

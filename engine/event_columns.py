@@ -1,0 +1,260 @@
+"""The values of one column of an event file, typed as a whole with pyarrow (docs/architecture.md section 7.3).
+
+The rules (:mod:`engine.event_files`, module docstring): every attribute column has one type for the whole file
+(one of :data:`engine.event_files.COLUMN_TYPES`: declared, or inferred from all of its values by
+:func:`infer_text`); the missing spellings of CSV text (:data:`NULL_TEXT`) and NaN become nulls; a value that does
+not fit its column's type is a :class:`ColumnError` naming its row and column. Timestamp columns
+(:func:`timestamp_column`: ISO-8601 text with a UTC offset, numbers in the file's ts unit, or Arrow timestamps)
+become int64 microseconds UTC, exactly as :class:`engine.io.TimestampParser` reads one value.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+NULL_TEXT = ("", "null", "NULL", "NaN", "nan", "NAN")
+"""CSV spellings of a missing value (after trimming)."""
+
+_INT_ANY = r"^[+-]?\d+$"
+_INT_CANON = r"^[+-]?(0|[1-9]\d*)$"
+_FLOAT_ANY = r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^[+-]?([iI][nN][fF]|[iI]nfinity)$"
+_FLOAT_CANON = r"^[+-]?((0|[1-9]\d*)(\.\d*)?|\.\d+)([eE][+-]?\d+)?$"
+_DECIMAL = r"^[+-]?(\d+\.\d*|\.\d+)$"
+_BOOL = r"^(?i)(true|false)$"
+_DIGITS_PER_UNIT = {"us": 0, "ms": 3, "s": 6}
+
+
+def _strings(words: tuple[str, ...]) -> pa.Array:
+    """A string array from its buffers (``pa.array`` of Python strings would import pandas: see below)."""
+    data = "".join(words).encode()
+    offsets = np.cumsum([0, *(len(w.encode()) for w in words)], dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), len(words), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+_NULL_SPELLINGS = _strings(NULL_TEXT)
+
+
+class ColumnError(ValueError):
+    """A value of one column that does not fit (``row`` 0-based within the file's rows)."""
+
+    def __init__(self, row: int, column: str, reason: str) -> None:
+        super().__init__(reason)
+        self.row = row
+        self.column = column
+        self.reason = reason
+
+
+# ---------------------------------------------------------------- values of one column
+
+
+# Kept free of Python-object conversions (pa.array/pa.scalar of Python values, to_numpy of bitmaps): pyarrow
+# imports pandas for those on first use, 0.2 s of every `lace match` run.
+
+
+def _null(t: pa.DataType) -> pa.Scalar:
+    return pa.nulls(1, t)[0]
+
+
+def _int64(value: int) -> pa.Scalar:
+    return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(np.array([value], dtype=np.int64))])[0]
+
+
+def _first(mask: pa.Array) -> int:
+    """Index of the first true value of a boolean array (nulls are false); -1 if none."""
+    hits = pc.indices_nonzero(mask)
+    return int(hits[0].as_py()) if len(hits) else -1
+
+
+def _all_match(values: pa.Array, pattern: str) -> tuple[bool, int]:
+    """(every non-null value matches, index of the first that does not)."""
+    first = _first(values.is_valid())
+    if first >= 0 and not pc.match_substring_regex(values.slice(first, 1), pattern)[0].as_py():
+        return False, first  # the first value decides it: no pass over the column (type inference tries many)
+    ok = pc.match_substring_regex(values, pattern)
+    bad = _first(pc.invert(ok))
+    return bad < 0, bad
+
+
+def _nan_to_null(values: pa.Array) -> pa.Array:
+    if pa.types.is_floating(values.type):
+        nan = pc.is_nan(values)
+        if pc.any(nan).as_py():
+            return pc.if_else(nan, _null(values.type), values)
+    return values
+
+
+def text_column(values: pa.Array) -> pa.Array:
+    """CSV text: trimmed, with the missing spellings (``NULL_TEXT``) as nulls."""
+    trimmed = pc.utf8_trim_whitespace(values)
+    missing = pc.is_in(trimmed, value_set=_NULL_SPELLINGS)  # a hash lookup: cheaper than the regex
+    if pc.any(missing).as_py():
+        return pc.if_else(missing, _null(pa.string()), trimmed)
+    return trimmed
+
+
+def _cast_text(values: pa.Array, kind: str, column: str) -> pa.Array:
+    """Text values to a declared type; ColumnError at the first that does not fit."""
+    if kind == "string":
+        return values
+    if kind == "int":
+        ok, bad = _all_match(values, _INT_ANY)
+        if ok:
+            try:
+                return pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
+            except pa.ArrowInvalid:
+                bad = next(i for i, v in enumerate(values.to_pylist()) if v is not None and not _fits_int64(int(v)))
+                raise ColumnError(bad, column, f"{values[bad].as_py()!r} is out of the int64 range") from None
+        raise ColumnError(bad, column, f"{values[bad].as_py()!r} is not an int")
+    if kind == "float":
+        ok, bad = _all_match(values, _FLOAT_ANY)
+        if ok:
+            return pc.cast(values, pa.float64())
+        raise ColumnError(bad, column, f"{values[bad].as_py()!r} is not a float")
+    if kind == "bool":
+        ok, bad = _all_match(values, _BOOL)
+        if ok:
+            return pc.match_substring_regex(values, r"^(?i)true$")
+        raise ColumnError(bad, column, f"{values[bad].as_py()!r} is not a bool (true or false)")
+    raise AssertionError(kind)  # timestamps go through timestamp_column
+
+
+def _fits_int64(v: int) -> bool:
+    return -(1 << 63) <= v < (1 << 63)
+
+
+def infer_text(values: pa.Array) -> str:
+    """The type of a CSV column from all of its values (module docstring); ``string`` when in doubt."""
+    if values.null_count == len(values):
+        return "string"
+    if _all_match(values, _BOOL)[0]:
+        return "bool"
+    if _all_match(values, _INT_CANON)[0]:
+        try:
+            pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
+            return "int"
+        except pa.ArrowInvalid:
+            return "string"  # beyond int64: an identifier, not a number
+    if _all_match(values, _FLOAT_CANON)[0]:
+        if not pc.any(pc.is_inf(pc.cast(values, pa.float64()))).as_py():
+            return "float"
+    return "string"
+
+
+def value_column(values: pa.Array, kind: str | None, column: str, ts_unit: str) -> tuple[pa.Array, str]:
+    """A JSON or Parquet column (already typed by the reader) as one of ``COLUMN_TYPES``.
+
+    Returns ``(values, type)``; NaN becomes null; ColumnError when a value does not fit ``kind``.
+    """
+    t = values.type
+    if pa.types.is_dictionary(t):
+        values = values.cast(t.value_type)
+        t = values.type
+    if kind == "timestamp":
+        return timestamp_column(values, ts_unit, column), "timestamp"
+    if pa.types.is_null(t):
+        return pa.nulls(len(values), pa.string()), kind or "string"
+    if pa.types.is_timestamp(t):
+        if kind is not None:
+            raise ColumnError(_first(values.is_valid()), column, f"a timestamp, but the column is {kind}")
+        return timestamp_column(values, ts_unit, column), "timestamp"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        have = "string"
+    elif pa.types.is_boolean(t):
+        have = "bool"
+    elif pa.types.is_integer(t):
+        have = "int"
+    elif pa.types.is_floating(t):
+        have = "float"
+    else:
+        raise ColumnError(_first(values.is_valid()), column, f"nested objects and arrays are not supported ({t})")
+    want = kind or have
+    if want == have or (want == "float" and have == "int"):
+        target = {"string": pa.string(), "bool": pa.bool_(), "int": pa.int64(), "float": pa.float64()}[want]
+        try:
+            return _nan_to_null(values.cast(target)), want
+        except pa.ArrowInvalid as e:
+            raise ColumnError(_first(values.is_valid()), column, str(e)) from None
+    raise ColumnError(_first(values.is_valid()), column, f"a {have}, but the column is {want}")
+
+
+# ---------------------------------------------------------------- timestamps
+
+
+def timestamp_column(values: pa.Array, unit: str, column: str) -> pa.Array:
+    """Timestamps (ISO-8601 text with offset, numbers in ``unit``, or Arrow timestamps) -> int64 microseconds.
+
+    Follows :class:`engine.io.TimestampParser` exactly (``auto``: integers are epoch milliseconds,
+    decimals epoch seconds, one file does not mix them); the vectorised paths cover whole columns
+    of one kind and anything else goes value by value through the parser, which names the bad row.
+    Nulls stay null (the caller decides whether a missing timestamp is allowed).
+    """
+    t = values.type
+    if pa.types.is_timestamp(t):
+        if t.tz is None:
+            raise ColumnError(_first(values.is_valid()), column, "a timestamp without time zone (UTC offset)")
+        return values.cast(pa.timestamp("us", "UTC")).cast(pa.int64())
+    if pa.types.is_integer(t) and not pa.types.is_boolean(t):
+        kind = "ms" if unit == "auto" else unit
+        try:
+            return pc.multiply_checked(values.cast(pa.int64()), _int64(10 ** _DIGITS_PER_UNIT[kind]))
+        except pa.ArrowInvalid:
+            return _timestamps_slow(values, unit, column)
+    if pa.types.is_floating(t):
+        values = _nan_to_null(values)
+        # the shortest text that reads back as the same double, as repr() gives
+        return _timestamps_text(values.cast(pa.string()), unit, column, numeric_only=True)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _timestamps_text(values.cast(pa.string()), unit, column)
+    raise ColumnError(_first(values.is_valid()), column, f"a {t} is not a timestamp")
+
+
+def _timestamps_text(values: pa.Array, unit: str, column: str, numeric_only: bool = False) -> pa.Array:
+    try:
+        if _all_match(values, _INT_ANY)[0]:
+            kind = "ms" if unit == "auto" else unit
+            ints = pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
+            return pc.multiply_checked(ints, _int64(10 ** _DIGITS_PER_UNIT[kind]))
+        if _all_match(values, _DECIMAL)[0] and unit != "us":
+            digits = _DIGITS_PER_UNIT["s" if unit == "auto" else unit]
+            return _decimal_units(values, digits)
+        if not numeric_only and not pc.any(pc.match_substring_regex(values, r"^[+-]?[\d.]+$")).as_py():
+            return pc.cast(values, pa.timestamp("us", "UTC")).cast(pa.int64())
+    except (pa.ArrowInvalid, OverflowError):
+        pass
+    return _timestamps_slow(values, unit, column)
+
+
+def _decimal_units(values: pa.Array, digits: int) -> pa.Array:
+    """Decimal text -> exact int64 of ``10**-digits`` units (ArrowInvalid if finer or out of range)."""
+    dec = pc.cast(values, pa.decimal128(38, digits))
+    words = np.frombuffer(dec.buffers()[1], dtype=np.int64)[2 * dec.offset : 2 * (dec.offset + len(dec))]
+    low, high = words[0::2], words[1::2]
+    if not np.array_equal(high, low >> 63):
+        raise OverflowError("timestamp out of the int64 range")
+    validity = dec.buffers()[0] if dec.null_count and dec.offset == 0 else None
+    if dec.null_count and validity is None:
+        return pc.if_else(dec.is_null(), _null(pa.int64()), pa.array(low, pa.int64()))
+    return pa.Array.from_buffers(
+        pa.int64(), len(dec), [validity, pa.py_buffer(np.ascontiguousarray(low))], null_count=dec.null_count
+    )
+
+
+def _timestamps_slow(values: pa.Array, unit: str, column: str) -> pa.Array:
+    from engine.io import TimestampParser
+
+    parse = TimestampParser(unit)  # type: ignore[arg-type]
+    out: list[int | None] = []
+    for i, v in enumerate(values.to_pylist()):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(parse(v))
+        except ValueError as e:
+            raise ColumnError(i, column, str(e)) from None
+    try:
+        return pa.array(out, type=pa.int64())
+    except (pa.ArrowInvalid, OverflowError):
+        bad = next(i for i, v in enumerate(out) if v is not None and not _fits_int64(v))
+        raise ColumnError(bad, column, "timestamp out of the int64 range") from None
