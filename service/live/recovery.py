@@ -161,6 +161,19 @@ def _stat_max(acts: pa.Table, column: str) -> int | None:
     return pc.max(col).as_py()
 
 
+def _column_max(uri: str, column: str) -> int | None:
+    """The largest value of an int or timestamp column of a Delta table, read from its files (int; timestamps in
+    microseconds; None: no such column or value)."""
+    from deltalake import DeltaTable
+
+    ds = DeltaTable(uri).to_pyarrow_dataset()
+    if column not in ds.schema.names:
+        return None
+    col = ds.to_table(columns=[column]).column(column)
+    value = pc.max(col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col).as_py()
+    return None if value is None else int(value)
+
+
 def archived_tops(root: Path, names: list[str]) -> tuple[dict[str, int], int | None, int | None]:
     """From Delta file statistics: per type its newest event time (``ts_end`` in an interval type's table,
     ``ts`` otherwise; int us), and over all of them the newest ``ingest_seq`` and ``ingested_at``."""
@@ -178,6 +191,9 @@ def archived_tops(root: Path, names: list[str]) -> tuple[dict[str, int], int | N
         if top is not None:
             tops[name] = top + STATS_SLACK_US
         s, t = _stat_max(acts, "max.ingest_seq"), _stat_max(acts, "max.ingested_at")
+        if acts.num_rows:  # no statistics (Delta indexes a table's first 32 columns): read the column
+            s = _column_max(uri, "ingest_seq") if s is None else s
+            t = _column_max(uri, "ingested_at") if t is None else t
         if s is not None:
             seq = s if seq is None else max(seq, s)
         if t is not None:
