@@ -38,12 +38,12 @@ class EventTime:
         top = (self.newest if newest is None else newest).get(type_name)
         return None if top is None else top - self.lateness_us(type_name)
 
-    def observe(self, type_name: str, ts_us: int, wall_s: float | None = None) -> None:
+    def observe(self, type_name: str, ts_us: int) -> None:
         """Record an accepted (or replayed, or derived) event of ``type_name`` at ``ts_us``."""
         top = self.newest.get(type_name)
         if top is None or ts_us > top:
             self.newest[type_name] = ts_us
-        self.wall[type_name] = time.monotonic() if wall_s is None else wall_s
+        self.wall[type_name] = time.monotonic()
 
     def take(self, newest: Mapping[str, int], types: Iterable[str]) -> None:
         """Adopt a request's ``newest`` map (its accepted events), and mark ``types`` active now."""

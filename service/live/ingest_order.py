@@ -52,14 +52,14 @@ class IngestOrder:
         """The first position the index knows (events before it are in no bucket)."""
         self._buckets: list[_Bucket] = []
 
-    def resume_after(self, last_seq: int | None, last_stamp: int | None, *, floor: int | None = None) -> None:
-        """Continue after the archive's newest ``ingest_seq`` and ``ingested_at`` (a restart); the index
-        starts at ``floor`` (the first position the restart replay reads and notes; default: the next)."""
+    def resume_after(self, last_seq: int | None, last_stamp: int | None) -> None:
+        """Continue after the archive's newest ``ingest_seq`` and ``ingested_at`` (a restart); the index starts
+        empty at the next position (the restart replay lowers :attr:`floor` to the first position it reads)."""
         if last_seq is not None:
             self.next_seq = max(self.next_seq, last_seq + 1)
         if last_stamp is not None:
             self.last_stamp = max(self.last_stamp, last_stamp)
-        self.floor = self.next_seq if floor is None else floor
+        self.floor = self.next_seq
         self._buckets.clear()
 
     def stamp(self, now_us: int) -> int:

@@ -161,17 +161,20 @@ def _stat_max(acts: pa.Table, column: str) -> int | None:
     return pc.max(col).as_py()
 
 
-def _column_max(uri: str, column: str) -> int | None:
-    """The largest value of an int or timestamp column of a Delta table, read from its files (int; timestamps in
-    microseconds; None: no such column or value)."""
-    from deltalake import DeltaTable
-
-    ds = DeltaTable(uri).to_pyarrow_dataset()
-    if column not in ds.schema.names:
-        return None
-    col = ds.to_table(columns=[column]).column(column)
-    value = pc.max(col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col).as_py()
-    return None if value is None else int(value)
+def _columns_max(table: Any, columns: list[str]) -> dict[str, int | None]:
+    """The largest value of each int or timestamp column of the Delta table ``table``, read from its files in one
+    scan (int; timestamps in microseconds; None: no such column or value)."""
+    ds = table.to_pyarrow_dataset()
+    present = [c for c in columns if c in ds.schema.names]
+    out: dict[str, int | None] = dict.fromkeys(columns)
+    if not present:
+        return out
+    data = ds.to_table(columns=present)
+    for c in present:
+        col = data.column(c)
+        value = pc.max(col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col).as_py()
+        out[c] = None if value is None else int(value)
+    return out
 
 
 def archived_tops(root: Path, names: list[str]) -> tuple[dict[str, int], int | None, int | None]:
@@ -186,14 +189,16 @@ def archived_tops(root: Path, names: list[str]) -> tuple[dict[str, int], int | N
         uri = _table_uri(root, name)
         if uri is None:
             continue
-        acts = pa.table(DeltaTable(uri).get_add_actions(flatten=True))
+        table = DeltaTable(uri)
+        acts = pa.table(table.get_add_actions(flatten=True))
         top = _stat_max(acts, "max.ts_end" if "max.ts_end" in acts.column_names else "max.ts")
         if top is not None:
             tops[name] = top + STATS_SLACK_US
-        s, t = _stat_max(acts, "max.ingest_seq"), _stat_max(acts, "max.ingested_at")
-        if acts.num_rows:  # no statistics (Delta indexes a table's first 32 columns): read the column
-            s = _column_max(uri, "ingest_seq") if s is None else s
-            t = _column_max(uri, "ingested_at") if t is None else t
+        found = {c: _stat_max(acts, f"max.{c}") for c in ("ingest_seq", "ingested_at")}
+        missing = [c for c, v in found.items() if v is None]
+        if acts.num_rows and missing:  # no statistics (Delta indexes a table's first 32 columns): read the columns
+            found.update(_columns_max(table, missing))
+        s, t = found["ingest_seq"], found["ingested_at"]
         if s is not None:
             seq = s if seq is None else max(seq, s)
         if t is not None:
@@ -400,8 +405,6 @@ def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | N
         return [], wm
     span = lq.state_span_us()
     since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
-    from service.live.recovery import read_rows
-
     seen: dict[int, Event] = {}
     for t in sorted(types):
         spec = rt.types.get(t)
