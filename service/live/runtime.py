@@ -59,6 +59,7 @@ from engine.rules.derived import DERIVED_ID_MIN
 from engine.rules.filters import CompiledFilter
 from engine.rules.graph import RuleGraph
 from engine.rules.index import RuleIndex
+from service.core.faults import crash_point
 from service.core.metrics import Metrics
 from service.db.models import QueryRow
 from service.db.session import now_us, transaction
@@ -727,6 +728,7 @@ class LiveRuntime:
                 stamp = now_us()
             if self.archive is not None:
                 self.archive.append(accepted, ingested_at_us=stamp)
+            crash_point("ingest.after_wal")
             self.type_max = seen
             wall = time.monotonic()
             for t in {e.type for e in accepted}:
@@ -956,6 +958,7 @@ class LiveRuntime:
             for i in range(0, len(group), CHECKPOINT_ROWS):
                 with transaction(self.sessions) as session:
                     session.execute(update(QueryRow), group[i : i + CHECKPOINT_ROWS])
+                    crash_point("checkpoint.mid_transaction")
         for qid, values in rows:
             lq_saved = self.queries.get(qid)
             if lq_saved is not None:
@@ -972,6 +975,7 @@ class LiveRuntime:
         try:
             with transaction(self.sessions) as session:
                 alerts, deliveries = record_alerts(session, batch, now_us=now_us())
+                crash_point("ingest.before_alert_commit")
         except Exception:
             self._unsaved = batch
             self.metrics.alert_write_errors.inc()
