@@ -35,6 +35,8 @@ import os
 import platform
 import random
 import re
+import signal
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -237,14 +239,15 @@ class Run:
         return True
 
     def busy(self, c: httpx.Client) -> str:
-        """Why the service is not quiet: pending deliveries, or a live-and-archived query with events or requests
-        to finish ("" when it is quiet)."""
+        """Why the service is not quiet: pending deliveries, or a live-and-archived query with events, live
+        instances or archive requests to finish ("" when it is quiet)."""
         if c.get("/deliveries", params={"status": "pending", "limit": 1}).json()["items"]:
             return "deliveries pending"
         for q in c.get("/queries").json():
             la = (q.get("stats") or {}).get("live_archived")
-            if la and (la["backlog_events"] or la["requests_in_flight"]):
-                return f"{q['name']}: {la['backlog_events']} events, {la['requests_in_flight']} requests"
+            if la and (la["backlog_events"] or la["requests_in_flight"] or la["pending_live_instances"]):
+                return (f"{q['name']}: {la['backlog_events']} events, {la['pending_live_instances']} live instances, "
+                        f"{la['requests_in_flight']} requests")
         return ""
 
     def settle(self, timeout_s: float) -> None:
@@ -422,6 +425,7 @@ def table(rows: dict[str, dict[str, list[int]]], starts: dict[str, int], runs: d
 
 
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a SIGTERM stops the run's service on the way out
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", type=int, default=45, help="fault runs (one fault each, the points in turn)")
     ap.add_argument("--seed", type=int, default=1)
