@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -87,6 +87,10 @@ class ArchiveWriter:
         WAL segment size, bytes.
     fsync : bool
         See :class:`archive.wal.WriteAheadLog`; never off outside tests.
+    crash_point : callable, optional
+        Called with the name of each crash point a flush passes (before a Delta commit:
+        ``archive.flush.before_commit``; after the commits, before the WAL deletion:
+        ``archive.flush.before_wal_delete``); the service passes :func:`service.core.faults.crash_point`.
 
     Opening replays the WAL: unflushed events are re-committed exactly once, then
     the replayed segments are deleted.
@@ -102,6 +106,7 @@ class ArchiveWriter:
         flush_age_s: float = 5.0,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         fsync: bool = True,
+        crash_point: Callable[[str], None] | None = None,
     ) -> None:
         if flush_rows < 1 or flush_age_s <= 0:
             raise ValueError("flush_rows must be >= 1 and flush_age_s > 0")
@@ -109,6 +114,7 @@ class ArchiveWriter:
         self.root.mkdir(parents=True, exist_ok=True)
         self.flush_rows = flush_rows
         self.flush_age_s = flush_age_s
+        self._crash_point = crash_point or (lambda name: None)
         self.buffer = RecentBuffer()
         self.counters = {
             "appended": 0, "flushed": 0, "commits": 0, "replayed": 0, "replay_skipped": 0, "quarantined": 0
@@ -229,9 +235,11 @@ class ArchiveWriter:
                 etype = types[name]
                 schema = etype.record_schema()
                 table = with_date(pa.concat_tables([conform(t, schema) for t in tables]))
+                self._crash_point("archive.flush.before_commit")
                 self._commit(etype, table, top)
                 self.buffer.drop_through(top, types=[name])
                 n += table.num_rows
+            self._crash_point("archive.flush.before_wal_delete")
             with self._lock:
                 self.wal.delete_through(top)
             self.counters["flushed"] += n

@@ -27,10 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cli.service_process import Database, make_service, unique, wait_until
+from cli.webhook_receiver import Receiver
 from engine.detector import compile as compile_statement
 from engine.detector import make_detector
 from engine.events import Event
-from tests.service.conftest import Database, Receiver, make_service, unique, wait_until
 
 DAY_MS = 86_400_000
 

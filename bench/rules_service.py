@@ -37,7 +37,7 @@ import orjson
 
 from bench.rules import AARHUS, aarhus_rules
 from bench.service import start_service
-from tests.service.conftest import Receiver, free_port
+from cli.webhook_receiver import Receiver
 
 
 def _lql(name: str, conds: list[tuple[str, str, object]]) -> str:
@@ -115,11 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     rx = Receiver()
     rx.start()
     with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        proc, key = start_service(Path(tmp), port, dict(kv.split("=", 1) for kv in args.service_env))
+        svc = start_service(Path(tmp), args.service_env)
         try:
-            auth = {"Authorization": f"Bearer {key}"}
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=auth, timeout=120) as c:
+            auth = {"Authorization": f"Bearer {svc.admin}"}
+            with httpx.Client(base_url=svc.base, headers=auth, timeout=120) as c:
                 r = c.post("/event-types", json={"name": "traffic", "attributes": {
                     "key": "string", "avg_speed": "int", "vehicle_count": "int"}})
                 assert r.status_code == 201, r.text
@@ -207,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                     load_avg=os.getloadavg(),
                 )
         finally:
-            proc.terminate()
-            proc.wait(30)
+            svc.stop(timeout_s=30)
             rx.stop()
     print(json.dumps(out))
     if args.json:

@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +43,8 @@ from typing import Any
 import httpx
 import orjson
 
-from tests.service.conftest import Receiver, free_port
+from cli.service_process import ServiceProcess
+from cli.webhook_receiver import Receiver
 
 QUERY = """NAME spike
 PATTERN SEQ(Tick a, Tick b)
@@ -79,40 +79,16 @@ class Stream:
         return b"\n".join(lines), first, self.next_id - 1
 
 
-def start_service(tmp: Path, port: int, extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LACE_")}
-    env.update(extra_env or {})
-    env.update(
-        LACE_DATA_DIR=str(tmp),
-        LACE_PORT=str(port),
-        LACE_ACCESS_LOG="false",
-        LACE_LOG_LEVEL="warning",
-        LACE_SECRET_KEY="bench-" + "k" * 40,
-        LACE_WEBHOOK_POLL_S="0.5",
-        LACE_WEBHOOK_ALLOW_LOOPBACK="true",  # the receiver listens on 127.0.0.1
-    )
-    key = subprocess.run(
-        [sys.executable, "-m", "cli", "keys", "create", "-s", "admin", "-s", "ingest", "-s", "read"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve"],
-        env=env,
-        cwd=REPO,
-        stdout=open(tmp / "serve.log", "wb"),
-        stderr=subprocess.STDOUT,
-    )
-    for _ in range(600):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc, key
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    raise RuntimeError((tmp / "serve.log").read_text())
+def start_service(tmp: Path, service_env: list[str]) -> ServiceProcess:
+    """A started ``lace serve`` on ``tmp`` (embedded SQLite and archive), webhooks polled every 0.5 s;
+    ``service_env``: more settings as ``LACE_X=V``."""
+    settings: dict[str, Any] = {"webhook_poll_s": 0.5}
+    for kv in service_env:
+        name, value = kv.split("=", 1)
+        settings[name.removeprefix("LACE_").lower()] = value
+    svc = ServiceProcess(tmp, settings)
+    svc.start(timeout_s=60)
+    return svc
 
 
 def throughput(c: httpx.Client, stream: Stream, events: int, batch: int) -> dict[str, Any]:
@@ -245,12 +221,9 @@ def live_archived_run(args: argparse.Namespace) -> int:
     rx.start()
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
-        port = free_port()
-        proc, key = start_service(Path(d), port, dict(kv.split("=", 1) for kv in args.service_env))
+        svc = start_service(Path(d), args.service_env)
         try:
-            with httpx.Client(
-                base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=120
-            ) as c:
+            with svc.client(timeout_s=120) as c:
                 c.post(
                     "/event-types",
                     json={
@@ -304,8 +277,7 @@ def live_archived_run(args: argparse.Namespace) -> int:
                 }
                 result["query_stats"] = stats
         finally:
-            proc.terminate()
-            proc.wait(timeout=120)
+            svc.stop(timeout_s=120)
             rx.stop()
     result.update(
         machine=f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
@@ -344,12 +316,9 @@ def main(argv: list[str] | None = None) -> int:
     rx = Receiver()
     rx.start()
     with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
-        port = free_port()
-        proc, key = start_service(Path(d), port, dict(kv.split("=", 1) for kv in args.service_env))
+        svc = start_service(Path(d), args.service_env)
         try:
-            with httpx.Client(
-                base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"}, timeout=60
-            ) as c:
+            with svc.client(timeout_s=60) as c:
                 c.post(
                     "/event-types",
                     json={"name": "Tick", "attributes": {"sym": "string", "price": "float"}, "partition_key": "sym"},
@@ -366,8 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps({"latency": lt}), flush=True)
                 metrics = c.get("/metrics").text
         finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+            svc.stop(timeout_s=60)
             rx.stop()
     result = {
         "throughput": tp,

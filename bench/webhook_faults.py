@@ -37,8 +37,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import tests.service.conftest as conftest
-from tests.service.conftest import CLOCK, Database, Receiver, make_service, unique
+from cli.service_process import CLOCK, Database, make_service, unique
+from cli.webhook_receiver import Receiver
 
 SETTINGS = {
     "webhook_max_attempts": 4,
@@ -97,9 +97,8 @@ class MarkWatcher(threading.Thread):
 
 
 def run(fault: str, repo: Path, n: int, outage_s: float, tmp: Path) -> dict[str, Any]:
-    conftest.REPO = repo
     db = Database("sqlite", f"sqlite:///{tmp / 'lace.db'}")
-    svc = make_service(db, tmp / "data", **SETTINGS)
+    svc = make_service(db, tmp / "data", repo=repo, **SETTINGS)
     rx = Receiver()
     watcher = MarkWatcher(tmp / "lace.db")
     extra: dict[str, Any] = {}

@@ -211,7 +211,7 @@ def _run(
             service.start()
             seconds["service_start"] = time.perf_counter() - t
         console.print(
-            f"lace serve on {service.base_url} (data in {service.data_dir}) ready in {seconds['service_start']:.1f} s; "
+            f"lace serve on {service.base} (data in {service.data_dir}) ready in {seconds['service_start']:.1f} s; "
             f"webhook receiver on 127.0.0.1:{receiver.port}"
         )
         with service.client() as client:
@@ -233,7 +233,8 @@ def _run(
                     for q in s.queries:
                         run = demo.register_query(q, s.type, tolerance_us)
                         kind = f"live-and-archived, SLLAA T_L = {tolerance_s:g} s" if q.live_archived else "live"
-                        progress.console.print(f"registered {q.name} ({kind}), webhook {receiver.url(f'q{run.id}')}")
+                        hook = receiver.hook_url(f"q{run.id}")
+                        progress.console.print(f"registered {q.name} ({kind}), webhook {hook}")
                     task = progress.add_task(f"{s.type}: live part", total=len(s.live))
                     t = time.perf_counter()
                     _post_paced(demo, s.live, batch=batch, speed=speed, advance=partial(progress.advance, task))

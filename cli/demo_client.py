@@ -85,7 +85,7 @@ class _Demo:
         created = self.request("POST", "/queries", 201, json=body)
         run = QueryRun(q, created["id"], stream)
         hook = f"q{run.id}"
-        wh = self.request("POST", "/webhooks", 201, json={"query_id": run.id, "url": self.receiver.url(hook)})
+        wh = self.request("POST", "/webhooks", 201, json={"query_id": run.id, "url": self.receiver.hook_url(hook)})
         self.receiver.add_secret(hook, wh["secret"])
         self.runs[hook] = run
         return run

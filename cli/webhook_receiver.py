@@ -1,14 +1,19 @@
-"""A local webhook endpoint for ``lace demo``: checks every delivery's signature and records its arrival.
+"""Local webhook endpoints: :class:`Receiver` records every request; :class:`WebhookReceiver` (what ``lace demo``
+runs) also checks every delivery's signature.
 
-It is what a user of the service runs to receive alerts (docs/rest.md, "Webhooks"): an HTTP server
-(an ASGI app served by uvicorn on a thread, on ``127.0.0.1`` and a free port) with one path per
-webhook, ``/hook/<name>``. Each path has its signing secret (the ``secret`` that ``POST /webhooks``
-answers once); a delivery is accepted (200) when its ``X-Lace-Signature`` verifies and its ``t`` is
-recent, refused (401) otherwise, so the service would retry it. Redeliveries of an accepted alert
-(same ``Idempotency-Key``) are answered 200 and counted, not recorded twice.
+A receiver is an HTTP server (an ASGI app served by uvicorn on a thread, on ``127.0.0.1`` and a free port). The
+plain :class:`Receiver` answers every request with :attr:`Receiver.status` (settable, per request with
+``status_for``) and records it: the tests and the fault benchmarks use it to see exactly what the service sent.
+
+:class:`WebhookReceiver` is what a user of the service runs to receive alerts (docs/rest.md, "Webhooks"): one path
+per webhook, ``/hook/<name>``, each with its signing secret (the ``secret`` that ``POST /webhooks`` answers once); a
+delivery is accepted (200) when its ``X-Lace-Signature`` verifies and its ``t`` is recent, refused (401) otherwise,
+so the service would retry it. Redeliveries of an accepted alert (same ``Idempotency-Key``) are answered 200 and
+counted, not recorded twice as alerts.
 """
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import queue
@@ -50,6 +55,121 @@ def verify_signature(secret: str, body: bytes, header: str, *, now_s: float | No
     return hmac.compare_digest(mac, expected) and abs(now - sent_s) <= SIGNATURE_TOLERANCE_S
 
 
+class Receiver:
+    """A webhook endpoint that records every request (see the module docstring).
+
+    Each request becomes a record in :attr:`received`: ``{"path", "headers" (lower-case names), "body" (bytes),
+    "at" (epoch seconds), "status" (the answer)}``. The answer is ``status_for(body)`` when that is set and not
+    None, else :attr:`status`, sent after ``delay_s``; ``after_response(record)`` runs once it was sent (on the
+    receiver's thread). A request whose sender disconnects before its body arrived is not recorded.
+
+    Parameters
+    ----------
+    host : str
+        Bind address (default ``127.0.0.1``).
+    """
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = free_port(host)
+        self.received: list[dict[str, Any]] = []
+        self.status = 200
+        self.delay_s = 0.0
+        self.status_for: Callable[[bytes], int | None] | None = None
+        self.after_response: Callable[[dict[str, Any]], None] | None = None
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The URL of the path ``/hook`` (give it to ``POST /webhooks``)."""
+        return f"http://{self.host}:{self.port}/hook"
+
+    def hook_url(self, hook: str) -> str:
+        """The URL of webhook path ``/hook/<hook>``."""
+        return f"{self.url}/{hook}"
+
+    def answer(self, path: str, body: bytes, headers: dict[str, str], at_s: float) -> int:
+        """The status to answer a request with (under no lock; subclasses check what they need)."""
+        return (self.status_for(body) if self.status_for else None) or self.status
+
+    # ------------------------------------------------------------------ the ASGI app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope["type"] != "http":
+            return
+        chunks: list[bytes] = []
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return  # the sender died mid-request: nothing was delivered
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        body, at_s = b"".join(chunks), time.time()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        status = self.answer(scope["path"], body, headers, at_s)
+        record = {"path": scope["path"], "headers": headers, "body": body, "at": at_s, "status": status}
+        with self._lock:
+            self.received.append(record)
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok" if 200 <= status < 300 else b"refused"})
+        if self.after_response is not None:
+            self.after_response(record)
+
+    # ------------------------------------------------------------------ what arrived
+
+    def ok(self) -> list[dict[str, Any]]:
+        """The records of the requests answered 2xx."""
+        with self._lock:
+            return [r for r in self.received if 200 <= r["status"] < 300]
+
+    def wait_for(self, n: int, timeout_s: float = 20.0) -> list[dict[str, Any]]:
+        """Block until ``n`` requests were answered 2xx (or the timeout); return them."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and len(self.ok()) < n:
+            time.sleep(0.02)
+        return self.ok()
+
+    def bodies_by_key(self) -> dict[str, set[bytes]]:
+        """Per ``Idempotency-Key``, the distinct bodies answered 2xx (one each, when the service keeps its word)."""
+        out: dict[str, set[bytes]] = {}
+        for rec in self.ok():
+            out.setdefault(rec["headers"].get("idempotency-key", ""), set()).add(rec["body"])
+        return out
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Serve on a daemon thread; return once it listens.
+
+        Raises
+        ------
+        RuntimeError
+            When the server did not start within ``timeout_s``.
+        """
+        import uvicorn
+
+        config = uvicorn.Config(self, host=self.host, port=self.port, log_level="warning", lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, name="lace-webhook-receiver", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the webhook receiver did not start on {self.host}:{self.port}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=10)
+            self._server = None
+
+
 @dataclass(slots=True)
 class Delivery:
     """One accepted alert: which webhook path it came to, its JSON body and its arrival (epoch seconds)."""
@@ -71,33 +191,20 @@ class ReceiverCounts:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-class WebhookReceiver:
-    """The demo's webhook endpoint (see the module docstring).
+class WebhookReceiver(Receiver):
+    """The demo's webhook endpoint (see the module docstring): signatures checked per path.
 
     Accepted deliveries are appended to :attr:`deliveries` and put on :attr:`arrivals` (a queue the
-    caller drains to print them as they come).
-
-    Parameters
-    ----------
-    host : str
-        Bind address (default ``127.0.0.1``).
+    caller drains to print them as they come); every request is in :attr:`received` too.
     """
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        self.host = host
-        self.port = free_port(host)
+        super().__init__(host)
         self.secrets: dict[str, str] = {}
         self.deliveries: list[Delivery] = []
         self.arrivals: queue.SimpleQueue[Delivery] = queue.SimpleQueue()
         self.counts = ReceiverCounts()
         self._keys: set[str] = set()
-        self._lock = threading.Lock()
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    def url(self, hook: str) -> str:
-        """The URL of webhook path ``hook`` (give it to ``POST /webhooks``)."""
-        return f"http://{self.host}:{self.port}/hook/{hook}"
 
     def add_secret(self, hook: str, secret: str) -> None:
         """The signing secret of path ``hook`` (before the first delivery to it)."""
@@ -108,26 +215,7 @@ class WebhookReceiver:
         with self._lock:
             return len(self.deliveries)
 
-    # ------------------------------------------------------------------ the ASGI app
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
-        if scope["type"] != "http":
-            return
-        chunks: list[bytes] = []
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body"):
-                break
-        at_s = time.time()
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        status = self._take(scope["path"], b"".join(chunks), headers, at_s)
-        await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"text/plain")]})
-        await send({"type": "http.response.body", "body": b"ok" if status == 200 else b"refused"})
-
-    def _take(self, path: str, body: bytes, headers: dict[str, str], at_s: float) -> int:
+    def answer(self, path: str, body: bytes, headers: dict[str, str], at_s: float) -> int:
         hook = path.removeprefix("/hook/")
         with self._lock:
             self.counts.received += 1
@@ -158,31 +246,3 @@ class WebhookReceiver:
             self.deliveries.append(d)
         self.arrivals.put(d)
         return 200
-
-    # ------------------------------------------------------------------ lifecycle
-
-    def start(self, timeout_s: float = 10.0) -> None:
-        """Serve on a daemon thread; return once it listens.
-
-        Raises
-        ------
-        RuntimeError
-            When the server did not start within ``timeout_s``.
-        """
-        import uvicorn
-
-        config = uvicorn.Config(self, host=self.host, port=self.port, log_level="warning", lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name="lace-demo-receiver", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError(f"the webhook receiver did not start on {self.host}:{self.port}")
-            time.sleep(0.02)
-
-    def stop(self) -> None:
-        if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
-            self._thread.join(timeout=10)
-            self._server = None

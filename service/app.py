@@ -41,6 +41,7 @@ from service.api.routes import (
 from service.api_key import create_key
 from service.core.config import Settings, get_settings
 from service.core.errors import install_handlers
+from service.core.faults import crash_point
 from service.core.metrics import Metrics
 from service.core.security import hash_api_key
 from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
@@ -85,6 +86,7 @@ def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
         flush_rows=settings.archive_flush_rows,
         flush_age_s=settings.archive_flush_age_s,
         fsync=settings.archive_fsync,
+        crash_point=crash_point,
     )
     writer.start()
     return writer

@@ -8,13 +8,15 @@ of the service suite.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
-PG_BASE = os.environ.get("LACE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+from cli.service_process import PG_URL as PG_BASE
+from cli.service_process import scratch_database
+
 PLAIN = PG_BASE.replace("postgresql+psycopg", "postgresql")
 SKIP_REASON = f"PostgreSQL not reachable at {PLAIN}"
 
@@ -48,13 +50,5 @@ def require_pg() -> None:
 def fresh_schema(prefix: str = "lace_test_") -> Iterator[str]:
     """A SQLAlchemy URL whose ``search_path`` is a new schema, dropped afterwards (calls :func:`require_pg`)."""
     require_pg()
-    import psycopg
-
-    schema = prefix + secrets.token_hex(4)
-    with psycopg.connect(PLAIN, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{PG_BASE}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(PLAIN, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    with scratch_database("postgresql", Path("."), PG_BASE, prefix=prefix) as db:
+        yield db.url

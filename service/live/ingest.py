@@ -24,6 +24,7 @@ import orjson
 
 from engine.events import Event
 from engine.rules.graph import RuleGraph
+from service.core.faults import crash_point
 from service.db.session import now_us
 from service.live.events import EventInvalid, validate_event
 from service.live.outbox import Found
@@ -187,6 +188,7 @@ class Ingest:
             seqs = rt.order.take(accepted)
             if rt.archive is not None:
                 rt.archive.append(accepted, ingested_at_us=stamp, ingest_seqs=seqs)
+            crash_point("ingest.after_wal")
             rt.event_time.take(seen, {e.type for e in accepted})
             self.remember(staged)
             found = self.push(accepted, index, res)

@@ -39,6 +39,7 @@ from engine.live_archived.plan import LiveArchivedPlan
 from engine.match import Match
 from engine.matcher import LateEventError
 from engine.plugins.api import PluginError
+from service.core.faults import crash_point
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class ArchiveLookups:
         with self.lock:
             self.waiting.setdefault(id(owner), []).append(work)
         self.pool.submit(self._next, owner)
+        crash_point("la.request_submitted")
 
     def _next(self, owner: LiveArchivedWorker) -> None:
         with self.lock:

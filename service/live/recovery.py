@@ -35,6 +35,7 @@ from sqlalchemy import update
 
 from engine.events import Event
 from engine.rules.derived import DERIVED_ID_MIN
+from service.core.faults import crash_point
 from service.db.models import QueryRow
 from service.db.session import transaction
 from service.live.events import TypeSpec
@@ -138,6 +139,7 @@ def checkpoint(rt: LiveRuntime) -> None:
         for i in range(0, len(group), CHECKPOINT_ROWS):
             with transaction(rt.sessions) as session:
                 session.execute(update(QueryRow), group[i : i + CHECKPOINT_ROWS])
+                crash_point("checkpoint.mid_transaction")
     for lq, values in rows:
         lq.saved = values
 

@@ -36,6 +36,7 @@ from engine.options import Algorithm, PmPolicy
 from engine.pm.store import PartialMatchStore
 from engine.rules.graph import RuleGraph
 from engine.rules.index import RuleIndex
+from service.core.faults import crash_point
 from service.core.metrics import Metrics
 from service.db.session import now_us, transaction
 from service.live.applying_lock import ApplyingLock
@@ -570,6 +571,7 @@ class LiveRuntime:
         try:
             with transaction(self.sessions) as session:
                 alerts, deliveries = record_alerts(session, batch, now_us=now_us())
+                crash_point("ingest.before_alert_commit")
         except Exception:
             self._unsaved = batch
             self.metrics.alert_write_errors.inc()

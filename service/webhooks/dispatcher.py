@@ -37,6 +37,7 @@ import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.config import Settings
+from service.core.faults import crash_point
 from service.core.metrics import Metrics
 from service.core.security import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, signature_header, webhook_secret
 from service.db.session import now_us
@@ -252,6 +253,7 @@ class Dispatcher:
             headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
             try:
                 resp = await client.post(job.url, content=body, headers=headers)
+                crash_point("webhook.after_post")
                 ok = 200 <= resp.status_code < 300
                 code: int | None = resp.status_code
                 err = None if ok else f"HTTP {resp.status_code}"

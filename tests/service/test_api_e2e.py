@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from tests.service.conftest import Receiver, Service, unique, wait_until
+from cli.service_process import ServiceProcess, unique, wait_until
+from cli.webhook_receiver import Receiver
 
 
 def make_type(c: httpx.Client, *, lateness_ms: int = 0) -> str:
@@ -55,7 +56,7 @@ def verify(secret: str, delivery: dict[str, Any]) -> bool:
     return hmac.compare_digest(mac, parts["v1"]) and abs(time.time() - int(parts["t"])) < 300
 
 
-def test_alert_reaches_the_receiver_signed(service: Service, receiver: Receiver, t0: int) -> None:
+def test_alert_reaches_the_receiver_signed(service: ServiceProcess, receiver: Receiver, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         q = c.post("/queries", json={"text": drop_query(t)}).json()
@@ -95,7 +96,7 @@ def test_alert_reaches_the_receiver_signed(service: Service, receiver: Receiver,
         assert detail["idempotency_key"] == key and [a["outcome"] for a in detail["log"]] == ["delivered"]
 
 
-def test_query_created_while_events_flow_sees_exactly_the_later_events(service: Service, t0: int) -> None:
+def test_query_created_while_events_flow_sees_exactly_the_later_events(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         first = post(c, [ev(t, t0, "X", 100.0)]).json()["ids"]
@@ -107,7 +108,7 @@ def test_query_created_while_events_flow_sees_exactly_the_later_events(service: 
         assert first[0] not in {i for a in alerts for ids in a["events"].values() for i in ids}
 
 
-def test_pause_resume_update_delete_take_effect_live(service: Service, t0: int) -> None:
+def test_pause_resume_update_delete_take_effect_live(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         q = c.post("/queries", json={"text": drop_query(t)}).json()
@@ -135,7 +136,7 @@ def test_pause_resume_update_delete_take_effect_live(service: Service, t0: int) 
         assert post(c, [ev(t, t0 + 6, "P", 0.5)]).json()["accepted"] == 1
 
 
-def test_alerts_page_with_cursor_and_filter_by_time(service: Service, t0: int) -> None:
+def test_alerts_page_with_cursor_and_filter_by_time(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         qid = c.post("/queries", json={"text": drop_query(t)}).json()["id"]
@@ -163,7 +164,7 @@ def test_alerts_page_with_cursor_and_filter_by_time(service: Service, t0: int) -
         assert bad.status_code == 422 and bad.json()["detail"][0]["field"] == "query.since"
 
 
-def test_metrics_count_what_happened(service: Service, t0: int) -> None:
+def test_metrics_count_what_happened(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         c.post("/queries", json={"text": drop_query(t)})

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service.conftest import Receiver, Service, unique, wait_until
+from cli.service_process import ServiceProcess, unique, wait_until
+from cli.webhook_receiver import Receiver
 from tests.service.test_api_e2e import drop_query, ev, make_type, post
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.integration]
@@ -41,7 +42,9 @@ def identity(events: dict[str, list[int]], fields: dict[str, Any]) -> tuple:
     return tuple(sorted((k, tuple(v)) for k, v in events.items())), tuple(sorted(fields.items()))
 
 
-def test_backfill_equals_live_alerts_and_delivers_to_webhooks(service: Service, receiver: Receiver, t0: int) -> None:
+def test_backfill_equals_live_alerts_and_delivers_to_webhooks(
+    service: ServiceProcess, receiver: Receiver, t0: int
+) -> None:
     with service.client() as c:
         t = make_type(c)
         live_q = c.post("/queries", json={"text": drop_query(t)}).json()
@@ -91,7 +94,7 @@ def test_backfill_equals_live_alerts_and_delivers_to_webhooks(service: Service, 
     assert values["lace_backfill_matches_total"] >= 3 * len(live)
 
 
-def test_cancel_a_queued_backfill_and_bad_input(service: Service, t0: int) -> None:
+def test_cancel_a_queued_backfill_and_bad_input(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         q = c.post("/queries", json={"text": drop_query(t)}).json()

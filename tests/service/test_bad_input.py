@@ -8,7 +8,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from tests.service.conftest import Service, unique
+from cli.service_process import ServiceProcess, unique
 from tests.service.test_api_e2e import drop_query, ev, make_type, post
 
 
@@ -20,7 +20,7 @@ def state(c: httpx.Client, qid: int) -> tuple[Any, ...]:
 
 
 @pytest.fixture
-def setup(service: Service, t0: int) -> tuple[httpx.Client, str, int, int]:
+def setup(service: ServiceProcess, t0: int) -> tuple[httpx.Client, str, int, int]:
     c = service.client()
     t = make_type(c, lateness_ms=1_000)
     qid = c.post("/queries", json={"text": drop_query(t)}).json()["id"]
@@ -152,7 +152,7 @@ def test_duplicate_and_invalid_registrations_are_refused(setup: tuple[httpx.Clie
 # ---------------------------------------------------------------------------------- API keys
 
 
-def test_each_scope_does_only_its_own_work(service: Service, t0: int) -> None:
+def test_each_scope_does_only_its_own_work(service: ServiceProcess, t0: int) -> None:
     with service.client() as admin_all:
         t = make_type(admin_all)
         keys = {}
@@ -186,7 +186,7 @@ def test_each_scope_does_only_its_own_work(service: Service, t0: int) -> None:
         assert post(c, events).status_code == 401
 
 
-def test_keys_are_stored_hashed(service: Service) -> None:
+def test_keys_are_stored_hashed(service: ServiceProcess) -> None:
     engine = create_engine(service.db.url)
     try:
         with engine.connect() as conn:

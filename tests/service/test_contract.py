@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.service.conftest import Service
+from cli.service_process import ServiceProcess
 from tests.service.test_api_e2e import drop_query, ev, make_type, post
 
 
@@ -21,7 +21,7 @@ def _events_seen(c: httpx.Client, qid: int) -> int:
 
 
 @pytest.fixture
-def typed(service: Service, t0: int) -> tuple[httpx.Client, str, int, int]:
+def typed(service: ServiceProcess, t0: int) -> tuple[httpx.Client, str, int, int]:
     c = service.client()
     t = make_type(c)
     qid = c.post("/queries", json={"text": drop_query(t)}).json()["id"]
@@ -81,7 +81,7 @@ def test_values_from_the_request_are_not_echoed_whole(typed: tuple[httpx.Client,
     assert r.status_code == 422 and len(r.content) < 2_000
 
 
-def test_a_query_nested_too_deeply_names_where(service: Service) -> None:
+def test_a_query_nested_too_deeply_names_where(service: ServiceProcess) -> None:
     c = service.client()
     t = make_type(c)
     text = "NAME deep\nPATTERN " + "SEQ(" * 400 + f"{t} a" + ")" * 400 + "\nWITHIN 1 min"
@@ -92,7 +92,7 @@ def test_a_query_nested_too_deeply_names_where(service: Service) -> None:
     assert text.splitlines()[1][err["column"] - 1 :].startswith("SEQ(")
 
 
-def test_405_allows_every_method_of_the_path(service: Service) -> None:
+def test_405_allows_every_method_of_the_path(service: ServiceProcess) -> None:
     c = service.client()
     cases = {"/queries": "GET, POST", "/queries/1": "DELETE, GET, PUT", "/event-types/x": "DELETE, GET, PATCH",
              "/healthz": "GET", "/webhooks/1": None}  # fmt: skip
@@ -104,7 +104,7 @@ def test_405_allows_every_method_of_the_path(service: Service) -> None:
         assert "GET" in r.headers["allow"]
 
 
-def test_every_route_that_needs_a_key_documents_401_and_403(service: Service) -> None:
+def test_every_route_that_needs_a_key_documents_401_and_403(service: ServiceProcess) -> None:
     spec = httpx.get(service.base + "/openapi.json").json()
     assert httpx.get(service.base + "/metrics").status_code == 401
     for path, ops in spec["paths"].items():
@@ -118,7 +118,7 @@ def test_every_route_that_needs_a_key_documents_401_and_403(service: Service) ->
 # ------------------------------------------------------------------------------ docs pages
 
 
-def test_docs_pages_load_only_from_the_service(service: Service) -> None:
+def test_docs_pages_load_only_from_the_service(service: ServiceProcess) -> None:
     for page, asset in (("/docs", "swagger-ui-bundle.js"), ("/redoc", "redoc.standalone.js")):
         html = httpx.get(service.base + page).text
         urls = re.findall(r"""(?:src|href|url)\s*[=:(]\s*['"]([^'"]+)['"]""", html)
@@ -145,7 +145,7 @@ def _headless(browser: str, url: str, *args: str) -> subprocess.CompletedProcess
     )  # fmt: skip
 
 
-def test_swagger_ui_renders_offline_in_a_headless_browser(service: Service, tmp_path: Path) -> None:
+def test_swagger_ui_renders_offline_in_a_headless_browser(service: ServiceProcess, tmp_path: Path) -> None:
     browser = _chromium()
     if browser is None:
         pytest.skip("no chromium on PATH (apt-get install chromium): the page is checked without a browser above")

@@ -17,10 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
+from cli.service_process import CLOCK, Database, make_service, wait_until
+from cli.webhook_receiver import Receiver
 from engine.compiler import compile_query
 from engine.events import Event
 from engine.matcher import Matcher
-from tests.service.conftest import CLOCK, Database, Receiver, make_service, wait_until
 
 QUERY = """NAME updown
 PATTERN SEQ(T a, T b)

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from tests.service.conftest import CLOCK, Receiver, Service, run_service
+from cli.service_process import CLOCK, ServiceProcess
+from cli.webhook_receiver import Receiver
+from tests.service.conftest import run_service
 
 PAIR = "NAME pair PATTERN SEQ(hi a, hi b) PARTITION BY key WITHIN 2 min RETURN a.v AS av, b.v AS bv"
 EMITTERS = {
@@ -47,11 +49,11 @@ def phases(t0: int) -> list[list[dict[str, Any]]]:
 
 
 @contextmanager
-def running(kind: str, tmp: Path, **settings: Any) -> Iterator[Service]:
+def running(kind: str, tmp: Path, **settings: Any) -> Iterator[ServiceProcess]:
     yield from run_service(kind, tmp, **settings)
 
 
-def restart(svc: Service, fault: str | None) -> None:
+def restart(svc: ServiceProcess, fault: str | None) -> None:
     if fault is None:
         return
     if fault == "sigkill":

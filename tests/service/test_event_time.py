@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service.conftest import Database, Service, make_service, unique
+from cli.service_process import Database, ServiceProcess, make_service, unique
 
 
 def make_type(c, *, lateness_ms: int = 0) -> str:
@@ -24,7 +24,7 @@ def ev(t: str, ts, key: str = "AIG", close: float = 1.0, **extra):
     return {"type": t, "ts": ts, "attrs": {"key": key, "close": close}, **extra}
 
 
-def test_a_far_future_event_is_refused_and_changes_nothing(service: Service, t0: int) -> None:
+def test_a_far_future_event_is_refused_and_changes_nothing(service: ServiceProcess, t0: int) -> None:
     """1: one event at 9999-12-31 from an ingest key made every later normal event late."""
     with service.client() as c:
         t = make_type(c)
@@ -36,7 +36,7 @@ def test_a_far_future_event_is_refused_and_changes_nothing(service: Service, t0:
         assert ok.status_code == 200 and ok.json()["accepted"] == 2, ok.text
 
 
-def test_timestamps_outside_what_the_archive_stores_are_refused_at_ingest(service: Service) -> None:
+def test_timestamps_outside_what_the_archive_stores_are_refused_at_ingest(service: ServiceProcess) -> None:
     """1: past 2^53 us or before year 1 the archive flush failed forever after a 200."""
     with service.client() as c:
         t = make_type(c)
@@ -46,7 +46,7 @@ def test_timestamps_outside_what_the_archive_stores_are_refused_at_ingest(servic
             assert r.json()["rejections"][0]["field"] == "events[0].ts"
 
 
-def test_unrelated_streams_keep_their_own_event_time(service: Service, t0: int) -> None:
+def test_unrelated_streams_keep_their_own_event_time(service: ServiceProcess, t0: int) -> None:
     """2: after traffic reached 2014-10-05, every bar of 2014-10-01 was rejected as late."""
     with service.client() as c:
         traffic, bars = make_type(c), make_type(c)
@@ -59,7 +59,7 @@ def test_unrelated_streams_keep_their_own_event_time(service: Service, t0: int) 
         assert late.status_code == 422 and "late event" in late.json()["rejections"][0]["reason"]
 
 
-def test_a_producer_retry_is_acknowledged_and_not_taken_twice(service: Service, t0: int) -> None:
+def test_a_producer_retry_is_acknowledged_and_not_taken_twice(service: ServiceProcess, t0: int) -> None:
     """7: producer ids [5, 5] were both archived; a retry after a lost answer duplicated archive rows."""
     with service.client() as c:
         t = make_type(c)
@@ -97,7 +97,7 @@ def test_year_one_as_the_first_event_is_archived_and_the_service_restarts(fresh_
     assert not list((tmp_path / "data" / "archive").glob("_quarantine/*"))
 
 
-def test_an_added_attribute_is_optional_so_producers_keep_posting(service: Service, t0: int) -> None:
+def test_an_added_attribute_is_optional_so_producers_keep_posting(service: ServiceProcess, t0: int) -> None:
     """6: PATCH adding `vwap` made it required at once; no optional attributes, no defaults, no removal."""
     with service.client() as c:
         t = make_type(c)
@@ -132,7 +132,7 @@ def test_an_added_attribute_is_optional_so_producers_keep_posting(service: Servi
         assert c.patch(f"/event-types/{t}", json={"allowed_lateness_ms": 5_000}).status_code == 409
 
 
-def test_query_cost_is_bounded_at_registration(service: Service) -> None:
+def test_query_cost_is_bounded_at_registration(service: ServiceProcess) -> None:
     """5: a SEQ of 10,000 components was accepted (454k partial matches, 1.8 GB); `WITHIN 1e30 days` answered
     500 (OverflowError into SQLite); `WITHIN 100000000 days` was accepted (every restart replays everything)."""
     with service.client() as c:

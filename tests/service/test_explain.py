@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.service.conftest import Service
+from cli.service_process import ServiceProcess
 from tests.service.test_api_e2e import ev, make_type
 
 
-def test_explain_returns_nodes_with_estimates_and_measured_counts(service: Service, t0: int) -> None:
+def test_explain_returns_nodes_with_estimates_and_measured_counts(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         text = f"PATTERN SEQ({t} a, {t} b) WHERE b.price < a.price * 0.9 PARTITION BY symbol WITHIN 1 min"
@@ -26,7 +26,7 @@ def test_explain_returns_nodes_with_estimates_and_measured_counts(service: Servi
         assert no_events["stream"]["source"] == "rates" and no_events["plans"][0]["nodes"][1]["measured"] is None
 
 
-def test_explain_bad_input_names_the_field(service: Service, t0: int) -> None:
+def test_explain_bad_input_names_the_field(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
         text = f"PATTERN SEQ({t} a, {t} b) WITHIN 1 min"
@@ -41,7 +41,9 @@ def test_explain_bad_input_names_the_field(service: Service, t0: int) -> None:
 
 
 @pytest.mark.slow
-def test_explain_using_archive_runs_the_candidate_plans_over_the_slice_and_picks_one(service: Service, t0: int) -> None:
+def test_explain_using_archive_runs_the_candidate_plans_over_the_slice_and_picks_one(
+    service: ServiceProcess, t0: int
+) -> None:
     """``EXPLAIN ... USING ARCHIVE [from, to)``: the slice is read through the service's Spark session, every
     candidate plan finds the same matches there, and the plan shown is the cheapest one measured."""
     with service.client() as c:
@@ -69,7 +71,9 @@ def test_explain_using_archive_runs_the_candidate_plans_over_the_slice_and_picks
 
 
 @pytest.mark.slow
-def test_a_query_registered_with_plan_trial_starts_as_the_chosen_plan_and_keeps_it(service: Service, t0: int) -> None:
+def test_a_query_registered_with_plan_trial_starts_as_the_chosen_plan_and_keeps_it(
+    service: ServiceProcess, t0: int
+) -> None:
     """POST /queries with ``plan_trial`` runs the trial before the query sees a live event, keeps the choice
     across pause/resume, matches exactly, and a PUT without it goes back to the default plan."""
     with service.client() as c:
@@ -108,7 +112,7 @@ def _alert_events(c, qid: int) -> list[tuple]:
             return out
 
 
-def test_switching_a_running_querys_plan_loses_and_repeats_no_alert(service: Service, t0: int) -> None:
+def test_switching_a_running_querys_plan_loses_and_repeats_no_alert(service: ServiceProcess, t0: int) -> None:
     """Issue 16: ``POST /queries/{id}/plan`` switches a running query between the NFA and a tree plan (and to a
     plan trial's winner) in the middle of a stream whose matches straddle the switches; its alerts equal those
     of the same query never switched, each once, and the counters go on."""

@@ -3,7 +3,7 @@ relations in a registered query, and the watermark of an interval type on ts_end
 
 from __future__ import annotations
 
-from tests.service.conftest import Service, unique
+from cli.service_process import ServiceProcess, unique
 
 
 def make_interval_type(c, **extra) -> str:
@@ -15,7 +15,7 @@ def make_interval_type(c, **extra) -> str:
     return name
 
 
-def test_an_interval_type_needs_ts_end_after_ts(service: Service, t0: int) -> None:
+def test_an_interval_type_needs_ts_end_after_ts(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_interval_type(c, max_duration_ms=3_600_000)
         bad = [
@@ -33,7 +33,7 @@ def test_an_interval_type_needs_ts_end_after_ts(service: Service, t0: int) -> No
         assert ok.status_code == 200 and ok.json()["accepted"] == 1, ok.text
 
 
-def test_a_point_type_refuses_ts_end_and_max_duration_needs_interval(service: Service, t0: int) -> None:
+def test_a_point_type_refuses_ts_end_and_max_duration_needs_interval(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         name = unique("point")
         r = c.post("/event-types", json={"name": name, "attributes": {"key": "string"}, "max_duration_ms": 5})
@@ -43,7 +43,7 @@ def test_a_point_type_refuses_ts_end_and_max_duration_needs_interval(service: Se
         assert r.status_code == 422 and r.json()["rejections"][0]["field"] == "events[0].ts_end", r.text
 
 
-def test_a_relation_query_alerts_on_interval_events(service: Service, t0: int) -> None:
+def test_a_relation_query_alerts_on_interval_events(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         a, b = make_interval_type(c), make_interval_type(c)
         text = f"NAME {unique('q')} PATTERN SEQ({a} x, {b} y) WHERE x OVERLAPS y WITHIN 1 hour"
@@ -61,9 +61,9 @@ def test_a_relation_query_alerts_on_interval_events(service: Service, t0: int) -
         assert len(alerts) == 1 and alerts[0]["events"] == {"x": [r.json()["ids"][0]], "y": [r.json()["ids"][1]]}
 
 
-def test_an_interval_statement_derives_episodes_that_a_relation_query_reads(service: Service, t0: int) -> None:
+def test_an_interval_statement_derives_episodes_that_a_relation_query_reads(service: ServiceProcess, t0: int) -> None:
     """INTERVAL ... EMIT INTO over REST: the derived type is an interval type; a BY OVERLAPS query alerts."""
-    from tests.service.conftest import wait_until
+    from cli.service_process import wait_until
 
     with service.client() as c:
         traffic, episode, p = unique("traffic"), unique("episode"), unique("rule")

@@ -18,11 +18,13 @@ import pytest
 
 from cli.demo import load_stream, split_stream
 from cli.replay import infer_event_types
+from cli.service_process import Database, ServiceProcess, make_service, wait_until
+from cli.webhook_receiver import Receiver
 from engine.detector import compile as compile_statement
 from engine.detector import make_detector
 from engine.events import Event
 from engine.live_archived.source import MemoryArchive
-from tests.service.conftest import Database, Receiver, Service, make_database, make_service, wait_until
+from tests.service.conftest import make_database
 from tests.service.test_backfills import finished
 from tests.service.test_demo import _traffic_keys
 
@@ -129,7 +131,7 @@ def wait_idle(c: httpx.Client, ids: list[int], receiver: Receiver, timeout_s: fl
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def la_service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def la_service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     """A service of its own (its event time is the demo data's, 2013-2014, behind the shared services')."""
     tmp = tmp_path_factory.mktemp(f"la-{request.param}")
     db: Database
@@ -143,7 +145,7 @@ def la_service(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
 
 
 def test_demo_live_and_archived_queries_over_rest_equal_replay(
-    la_service: Service, receiver: Receiver, slices: tuple[list[Event], list[Event]]
+    la_service: ServiceProcess, receiver: Receiver, slices: tuple[list[Event], list[Event]]
 ) -> None:
     archived, live = slices
     texts = {p.stem: p.read_text() for p in QUERIES.glob("*.lql") if "ARCHIVED" in p.read_text()}
@@ -238,7 +240,9 @@ def test_demo_live_and_archived_queries_over_rest_equal_replay(
         assert {json.dumps(m["events"], sort_keys=True) for m in items} == want
 
 
-def test_sigkill_with_open_subwindows_loses_and_repeats_no_alert(la_service: Service, receiver: Receiver) -> None:
+def test_sigkill_with_open_subwindows_loses_and_repeats_no_alert(
+    la_service: ServiceProcess, receiver: Receiver
+) -> None:
     """Cars pass A (archived), then B (live, 5 min later); SLLAA with T_L = 1 hour keeps subwindows open.
     SIGKILL with results delivered, instances in open subwindows and requests maybe in flight; after the
     restart every expected alert arrives, each idempotency key once."""

@@ -11,14 +11,14 @@ import threading
 import time
 from typing import Any
 
-from tests.service.conftest import Service, unique
+from cli.service_process import ServiceProcess, unique
 
 
 def _text(name: str, thr: float) -> str:
     return f"NAME {name}\nPATTERN SEQ({{t}} t) WHERE t.x > {thr}\nRETURN t.x AS x"
 
 
-def test_updates_during_ingest_split_requests_whole_between_versions(service: Service, t0: int) -> None:
+def test_updates_during_ingest_split_requests_whole_between_versions(service: ServiceProcess, t0: int) -> None:
     rng = random.Random(3)
     with service.client() as c:
         t = unique("Upd")

@@ -12,9 +12,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect
 
+from cli.service_process import PACKAGE_ROOT, Database
 from service.db.migrate import MIGRATIONS, alembic_config
 from service.db.models import Base
-from tests.service.conftest import REPO, Database
 
 if importlib.util.find_spec("service.db.pm_models") is not None:
     importlib.import_module("service.db.pm_models")
@@ -24,7 +24,7 @@ def test_db_upgrade_reaches_head_and_matches_the_models(fresh_db: Database, tmp_
     env = {k: v for k, v in os.environ.items() if not k.startswith("LACE_")}
     env.update(LACE_DATABASE_URL=fresh_db.url, LACE_DATA_DIR=str(tmp_path))
     out = subprocess.run(
-        [sys.executable, "-m", "cli", "db", "upgrade"], env=env, cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "cli", "db", "upgrade"], env=env, cwd=PACKAGE_ROOT, capture_output=True, text=True
     )
     assert out.returncode == 0, out.stderr
     head = ScriptDirectory.from_config(alembic_config(fresh_db.url)).get_current_head()

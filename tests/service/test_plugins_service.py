@@ -6,10 +6,10 @@ from importlib import metadata
 
 import pytest
 
-from tests.service.conftest import Service, unique
+from cli.service_process import ServiceProcess, unique
 
 
-def test_get_operators_lists_the_installed_plugins(service: Service) -> None:
+def test_get_operators_lists_the_installed_plugins(service: ServiceProcess) -> None:
     with service.client() as c:
         r = c.get("/operators")
     assert r.status_code == 200, r.text
@@ -20,7 +20,7 @@ def test_get_operators_lists_the_installed_plugins(service: Service) -> None:
     assert rows[("aggregate", "stddev")]["error"] is None
 
 
-def test_a_misbehaving_plugin_fails_its_query_not_the_service(service: Service, t0: int) -> None:
+def test_a_misbehaving_plugin_fails_its_query_not_the_service(service: ServiceProcess, t0: int) -> None:
     try:
         metadata.distribution("lace-test-plugin")
     except metadata.PackageNotFoundError:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.service.conftest import CLOCK, Service, make_database, make_service, wait_until
+from cli.service_process import CLOCK, ServiceProcess, make_service, wait_until
+from tests.service.conftest import make_database
 
 MINUTE = 60_000
 T0 = CLOCK.take(span_ms=24 * 3_600_000)
@@ -60,7 +61,7 @@ def stream() -> list[dict[str, Any]]:
     return [ev for _, _, ev in out]
 
 
-def setup(svc: Service) -> dict[str, int]:
+def setup(svc: ServiceProcess) -> dict[str, int]:
     with svc.client() as c:
         r = c.post("/event-types", json={"name": "ep", "attributes": {"key": "string", "v": "int"}, "interval": True})
         assert r.status_code == 201, r.text
@@ -75,14 +76,14 @@ def setup(svc: Service) -> dict[str, int]:
     return ids
 
 
-def post(svc: Service, events: list[dict[str, Any]]) -> None:
+def post(svc: ServiceProcess, events: list[dict[str, Any]]) -> None:
     with svc.client() as c:
         for i in range(0, len(events), BATCH):
             r = c.post("/events", json=events[i : i + BATCH])
             assert r.status_code == 200, r.text
 
 
-def alerts(svc: Service, qid: int) -> list[dict[str, Any]]:
+def alerts(svc: ServiceProcess, qid: int) -> list[dict[str, Any]]:
     with svc.client() as c:
         return list(c.get("/alerts", params={"query_id": qid, "limit": 1000}).json()["items"])
 
@@ -95,7 +96,7 @@ def fields(items: list[dict[str, Any]]) -> set[tuple[int, int]]:
     return {(a["fields"]["un"], a["fields"]["dn"]) for a in items}
 
 
-def settled(svc: Service, qids: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def settled(svc: ServiceProcess, qids: dict[str, int]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The alerts once they stop changing (derived episodes close after the request that closes them)."""
     last: list[int] = []
 

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cli.service_process import Database, make_service, wait_until
+from cli.webhook_receiver import Receiver
 from engine.events import Event
-from tests.service.conftest import Database, Receiver, make_service, wait_until
 from tests.service.test_live_archived import expected, post_all, wait_idle
 
 DAY_MS = 86_400_000

@@ -5,7 +5,7 @@ Over real HTTP on a real uvicorn server, SQLite and PostgreSQL (tests/service/co
 """
 from __future__ import annotations
 
-from tests.service.conftest import Service, unique, wait_until
+from cli.service_process import ServiceProcess, unique, wait_until
 
 
 def _setup(c) -> tuple[str, str, str]:
@@ -19,7 +19,7 @@ def _ev(t: str, ts: int, key: int, speed: float) -> dict:
     return {"type": t, "ts": ts, "attrs": {"key": key, "speed": speed}}
 
 
-def test_filter_capture_and_pattern_rules_flow_through_derived_streams(service: Service, t0: int) -> None:
+def test_filter_capture_and_pattern_rules_flow_through_derived_streams(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         traffic, slow, p = _setup(c)
         filt = f"NAME {p}_clean FILTER {traffic} t DROP DUPLICATE key, ts WITHIN 1 hour DROP WHEN t.speed < 0"
@@ -74,7 +74,7 @@ def test_filter_capture_and_pattern_rules_flow_through_derived_streams(service: 
         assert stats["kind"] == "filter" and stats["stats"]["matches"] == 2  # events dropped
 
 
-def test_search_graph_cycles_and_cascading_deletes(service: Service) -> None:
+def test_search_graph_cycles_and_cascading_deletes(service: ServiceProcess) -> None:
     with service.client() as c:
         traffic, slow, p = _setup(c)
         cap = f"NAME {p}_a PATTERN SEQ({traffic} t) RETURN t.key AS key, t.speed AS speed EMIT INTO {slow}"
@@ -114,7 +114,7 @@ def _offline(text: str, events: list[dict], t: str) -> list[tuple]:
     return sorted((x.start // 1000, x.end // 1000) for x in out)
 
 
-def test_state_warm_behaves_as_if_the_statement_had_always_run(service: Service, t0: int) -> None:
+def test_state_warm_behaves_as_if_the_statement_had_always_run(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         traffic, _, p = _setup(c)
         minute = 60_000
@@ -149,7 +149,7 @@ def test_state_warm_behaves_as_if_the_statement_had_always_run(service: Service,
         assert refused.status_code == 422
 
 
-def test_an_aggregate_statement_alerts_once_per_window_and_group(service: Service, t0: int) -> None:
+def test_an_aggregate_statement_alerts_once_per_window_and_group(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         traffic, load, p = _setup(c)
         minute = 60_000
@@ -178,7 +178,9 @@ def test_an_aggregate_statement_alerts_once_per_window_and_group(service: Servic
         assert alert["events"] == {}
 
 
-def test_emit_into_an_ingested_type_is_refused_and_a_derived_type_cannot_be_ingested(service: Service, t0: int) -> None:
+def test_emit_into_an_ingested_type_is_refused_and_a_derived_type_cannot_be_ingested(
+    service: ServiceProcess, t0: int
+) -> None:
     """Issue 24 item 5 (docs/lql.md: "T must not be an ingested type"). A type registered with POST /event-types is
     ingested even before its first event (EMIT INTO it was accepted then, and its derived events moved its
     watermark: its real producer was refused as late); a type made by EMIT INTO stays derived while its emitter is
@@ -223,7 +225,7 @@ def test_emit_into_an_ingested_type_is_refused_and_a_derived_type_cannot_be_inge
         assert again.status_code == 201, again.text
 
 
-def test_a_filter_on_a_derived_type_holds_for_the_archive_too(service: Service, t0: int) -> None:
+def test_a_filter_on_a_derived_type_holds_for_the_archive_too(service: ServiceProcess, t0: int) -> None:
     """Issue 24 item 6. One rule: the archive holds what live readers see after the FILTER rules. A FILTER on a
     derived type dropped the events for live readers but they were archived anyway: a live-and-archived reader
     counted 6 archived events instead of 3, and a backfill of the live reader gave 6 results where live gave 3."""

@@ -19,14 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.service.conftest import REPO, Service, make_database, make_service
+from cli.service_process import PACKAGE_ROOT, ServiceProcess, make_service
+from tests.service.conftest import make_database
 
 pytestmark = [pytest.mark.slow, pytest.mark.integration]
 HERE = Path(__file__).parent
 
 
 @pytest.fixture
-def fuzz_service(database_kind: str, tmp_path: Path) -> Iterator[Service]:
+def fuzz_service(database_kind: str, tmp_path: Path) -> Iterator[ServiceProcess]:
     for db in make_database(database_kind, tmp_path):
         svc = make_service(db, tmp_path / "data")
         svc.start()
@@ -39,12 +40,12 @@ def fuzz_service(database_kind: str, tmp_path: Path) -> Iterator[Service]:
             svc.stop()
 
 
-def test_schemathesis_all_checks_find_nothing(fuzz_service: Service, tmp_path: Path) -> None:
+def test_schemathesis_all_checks_find_nothing(fuzz_service: ServiceProcess, tmp_path: Path) -> None:
     with fuzz_service.client() as c:
         keys = c.get("/keys").json()
     key_id = next(k["id"] for k in keys if fuzz_service.admin.startswith(k["prefix"]))
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.service.schemathesis_hooks", "LACE_FUZZ_KEY_ID": str(key_id)}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = str(PACKAGE_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
     out = subprocess.run(
         [
             sys.executable, "-m", "schemathesis.cli",
@@ -63,7 +64,7 @@ def test_schemathesis_all_checks_find_nothing(fuzz_service: Service, tmp_path: P
             # waiting for the JVM, or a request queued behind one) took 13.8 s in a full run at load 8-13
             "--max-response-time", "120",
         ],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+        cwd=PACKAGE_ROOT, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     (tmp_path / "schemathesis.txt").write_text(out.stdout + out.stderr)
     assert out.returncode == 0, out.stdout[-12_000:] + out.stderr[-2_000:]

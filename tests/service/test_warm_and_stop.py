@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.service.conftest import Service, run_service, unique, wait_until
+from cli.service_process import ServiceProcess, unique, wait_until
+from tests.service.conftest import run_service
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
@@ -23,7 +24,7 @@ MINUTE = 60_000
 
 
 @pytest.fixture
-def own_service(database_kind: str, tmp_path: Path) -> Iterator[Service]:
+def own_service(database_kind: str, tmp_path: Path) -> Iterator[ServiceProcess]:
     """A service of the test's own: the test stops it."""
     yield from run_service(database_kind, tmp_path)
 
@@ -35,7 +36,7 @@ def _type(c: httpx.Client) -> str:
     return name
 
 
-def test_warm_is_refused_for_live_archived_and_shown_after_a_warm_start(own_service: Service, t0: int) -> None:
+def test_warm_is_refused_for_live_archived_and_shown_after_a_warm_start(own_service: ServiceProcess, t0: int) -> None:
     with own_service.client() as c:
         t = _type(c)
         body = [{"type": t, "ts": t0 + i * MINUTE, "attrs": {"car": i % 3, "at": "AB"[i % 2]}} for i in range(12)]
@@ -81,7 +82,7 @@ def _la_children(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize("group", [False, True], ids=["sigterm", "sigterm-to-the-group"])
-def test_a_clean_stop_logs_no_exited_process(own_service: Service, t0: int, group: bool) -> None:
+def test_a_clean_stop_logs_no_exited_process(own_service: ServiceProcess, t0: int, group: bool) -> None:
     """A SIGTERM to the service, or to its whole process group as a terminal's Ctrl-C, systemd or
     ``kill -TERM -PGID`` send it (then the worker processes get it too), stops every live-and-archived
     worker on purpose: nothing alarming is logged."""

@@ -20,8 +20,10 @@ from typing import Any
 import httpx
 import pytest
 
+from cli.service_process import Database, ServiceProcess, make_service, wait_until
+from cli.webhook_receiver import Receiver
 from service.core.config import Settings
-from tests.service.conftest import Database, Receiver, Service, make_service, run_service, wait_until
+from tests.service.conftest import run_service
 from tests.service.test_api_e2e import drop_query, ev, make_type, post
 
 HARD = {
@@ -35,7 +37,7 @@ HARD = {
 
 
 @pytest.fixture(scope="module")
-def hsvc(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def hsvc(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
     yield from run_service(database_kind, tmp_path_factory.mktemp(f"wh-{database_kind}"), **HARD)
 
 
@@ -82,7 +84,7 @@ def per_key(rx: Receiver) -> Counter[str]:
 # ------------------------------------------------------------------ 3. idempotency keys
 
 
-def test_delete_then_create_gives_new_idempotency_keys(service: Service, receiver: Receiver, t0: int) -> None:
+def test_delete_then_create_gives_new_idempotency_keys(service: ServiceProcess, receiver: Receiver, t0: int) -> None:
     keys: list[str] = []
     with service.client() as c:
         for round_ in range(2):
@@ -110,7 +112,7 @@ def test_delete_then_create_gives_new_idempotency_keys(service: Service, receive
         "http://[::ffff:169.254.169.254]/x",
     ],
 )
-def test_link_local_and_private_targets_are_refused(service: Service, url: str) -> None:
+def test_link_local_and_private_targets_are_refused(service: ServiceProcess, url: str) -> None:
     with service.client() as c:
         t = make_type(c)
         qid = c.post("/queries", json={"text": drop_query(t)}).json()["id"]
@@ -147,7 +149,7 @@ def test_default_schedule_covers_a_day() -> None:
 # ------------------------------------------------------------------ 4. outages
 
 
-def test_outage_longer_than_the_schedule_dead_letters_nothing(hsvc: Service, t0: int) -> None:
+def test_outage_longer_than_the_schedule_dead_letters_nothing(hsvc: ServiceProcess, t0: int) -> None:
     rx = Receiver()  # not started: connections are refused
     n = 30
     with hsvc.client() as c:
@@ -174,7 +176,7 @@ def test_outage_longer_than_the_schedule_dead_letters_nothing(hsvc: Service, t0:
     assert all(verify_any(secret, r) for r in recs)
 
 
-def test_circuit_breaker_holds_deliveries_and_probes(hsvc: Service, receiver: Receiver, t0: int) -> None:
+def test_circuit_breaker_holds_deliveries_and_probes(hsvc: ServiceProcess, receiver: Receiver, t0: int) -> None:
     receiver.status = 503
     n = 10
     with hsvc.client() as c:
@@ -202,7 +204,7 @@ def test_circuit_breaker_holds_deliveries_and_probes(hsvc: Service, receiver: Re
 
 
 def test_rejected_delivery_dead_letters_without_opening_the_circuit_then_bulk_redeliver(
-    hsvc: Service, receiver: Receiver, t0: int
+    hsvc: ServiceProcess, receiver: Receiver, t0: int
 ) -> None:
     """A 4xx is the receiver refusing one delivery (the endpoint is up): it does not trip the
     breaker; the delivery dead-letters after its attempts. Bulk redeliver by state and time range."""
@@ -253,7 +255,7 @@ def _iso_ms(ms: int) -> str:
 # ------------------------------------------------------------------ management
 
 
-def test_pause_and_resume_hold_then_send(hsvc: Service, receiver: Receiver, t0: int) -> None:
+def test_pause_and_resume_hold_then_send(hsvc: ServiceProcess, receiver: Receiver, t0: int) -> None:
     with hsvc.client() as c:
         t, _, wid, _ = setup_hook(c, receiver.url)
         r = c.post(f"/webhooks/{wid}/pause")
@@ -269,7 +271,7 @@ def test_pause_and_resume_hold_then_send(hsvc: Service, receiver: Receiver, t0: 
     assert len(per_key(receiver)) == 3
 
 
-def test_url_update_moves_pending_deliveries(hsvc: Service, receiver: Receiver, t0: int) -> None:
+def test_url_update_moves_pending_deliveries(hsvc: ServiceProcess, receiver: Receiver, t0: int) -> None:
     down = Receiver()  # never started
     with hsvc.client() as c:
         t, _, wid, secret = setup_hook(c, down.url)
@@ -289,7 +291,9 @@ def test_url_update_moves_pending_deliveries(hsvc: Service, receiver: Receiver, 
     assert all(verify_any(secret, r) for r in receiver.ok())
 
 
-def test_secret_rotation_signs_with_both_during_the_grace_period(hsvc: Service, receiver: Receiver, t0: int) -> None:
+def test_secret_rotation_signs_with_both_during_the_grace_period(
+    hsvc: ServiceProcess, receiver: Receiver, t0: int
+) -> None:
     with hsvc.client() as c:
         t, _, wid, s1 = setup_hook(c, receiver.url)
         r = c.post(f"/webhooks/{wid}/rotate-secret", json={"grace_s": 600})
@@ -310,7 +314,7 @@ def test_secret_rotation_signs_with_both_during_the_grace_period(hsvc: Service, 
         assert c.post(f"/webhooks/{wid}/rotate-secret", json={"grace_s": -1}).status_code == 422
 
 
-def test_delivery_log_survives_webhook_deletion(hsvc: Service, receiver: Receiver, t0: int) -> None:
+def test_delivery_log_survives_webhook_deletion(hsvc: ServiceProcess, receiver: Receiver, t0: int) -> None:
     down = Receiver()
     with hsvc.client() as c:
         t, qid, wid, _ = setup_hook(c, receiver.url)

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from tests.service.conftest import Receiver, Service, wait_until
+from cli.service_process import ServiceProcess, wait_until
+from cli.webhook_receiver import Receiver
 from tests.service.test_api_e2e import drop_query, ev, make_type, post, verify
 
 MAX_ATTEMPTS = 6
@@ -26,7 +27,7 @@ def one_alert(c: httpx.Client, url: str, t0: int) -> tuple[str, dict[str, Any]]:
     return secret, delivery
 
 
-def test_receiver_down_then_back_gets_the_alert_after_retries(service: Service, t0: int) -> None:
+def test_receiver_down_then_back_gets_the_alert_after_retries(service: ServiceProcess, t0: int) -> None:
     rx = Receiver()  # not started: its port refuses connections
     with service.client() as c:
         secret, d = one_alert(c, rx.url, t0)
@@ -45,7 +46,7 @@ def test_receiver_down_then_back_gets_the_alert_after_retries(service: Service, 
 
 
 def test_dead_letter_after_max_attempts_then_redelivery_keeps_the_key(
-    service: Service, receiver: Receiver, t0: int
+    service: ServiceProcess, receiver: Receiver, t0: int
 ) -> None:
     receiver.status = 503
     with service.client() as c:

@@ -1,0 +1,487 @@
+"""The crash suite (issue 24): every statement kind on one real ``lace serve``, killed at seeded points, restarted on
+the same data directory and database; its webhook alerts must equal a fault-free run's.
+
+One service per run holds every statement of :mod:`bench.crash_workload` (one webhook each, on one
+:class:`cli.webhook_receiver.WebhookReceiver` that checks signatures); the seeded stream is posted batch by batch,
+then the harness waits until the service is quiet (no pending delivery, no live-and-archived backlog, no new alert
+for 2 s). A fault-free run gives the expected alerts; each fault run kills the service at its faults:
+
+- a crash point inside the service (:mod:`service.core.faults`, ``LACE_CRASH_AT=<point>:<n>``: the n-th pass
+  SIGKILLs the service's process group, its live-and-archived workers and Spark too): ``ingest.after_wal`` and
+  ``ingest.before_alert_commit`` (mid-request), ``archive.flush.before_commit`` and
+  ``archive.flush.before_wal_delete`` (mid-archive flush), ``checkpoint.mid_transaction``, ``webhook.after_post``
+  (mid-delivery), ``la.request_submitted`` (archive requests in flight);
+- ``jump``: SIGKILL of the group right after the n-th batch after the 30-day event-time jump is acknowledged;
+- ``sigterm``: a clean stop after batch n.
+
+After each fault the service is started again on the same data directory and database (with the next fault armed),
+and the batch that was not acknowledged is posted again (events carry producer ids: a re-post is idempotent). A run
+fails a statement when an alert of the fault-free run is missing (lost), one arrives twice under two idempotency keys
+(duplicated), or one differs in its fields or is not in the fault-free run at all (wrong); an idempotency key must
+arrive with one payload; the service must start every time (failed starts). ``n`` of a crash point is drawn from
+the passes the fault-free run made through it (``LACE_CRASH_TRACE``).
+
+    python -m bench.crash --points 45 --seed 1 --db sqlite
+    python -m bench.crash --points 45 --seed 1 --db postgresql --json crash.json
+
+prints the table "Crash suite" (kind x point: lost / duplicated / wrong; failed starts per point) of
+docs/benchmarks.md and the details of every failure. ``tests/crash/`` runs a few seeded points of the same harness.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.crash_workload import KINDS, STATEMENTS, TYPES, Stream, make_stream
+from cli.service_process import HARNESS_SETTINGS, Database, ServiceError, ServiceProcess, scratch_database
+from cli.webhook_receiver import WebhookReceiver
+
+POINTS: dict[str, str] = {
+    "ingest.after_wal": "mid-request: after the WAL append, before matching",
+    "ingest.before_alert_commit": "mid-request: after matching, before the alert transaction commits",
+    "archive.flush.before_commit": "mid-archive flush: before the Delta commit",
+    "archive.flush.before_wal_delete": "mid-archive flush: after the Delta commits, before the WAL deletion",
+    "checkpoint.mid_transaction": "mid-checkpoint: inside the checkpoint transaction",
+    "webhook.after_post": "mid-delivery: after the receiver's 2xx, before the delivered mark",
+    "la.request_submitted": "archive requests in flight: right after a request is submitted",
+    "jump": "SIGKILL right after the 30-day event-time jump",
+    "sigterm": "SIGTERM (a clean stop) between two requests",
+}
+"""The fault points, in the table's column order."""
+HARNESS_POINTS = ("jump", "sigterm")
+"""Points the harness makes (the others are crash points inside the service)."""
+MARK = "LACE_CRASH_AT: pass"
+"""What the service logs when a crash point fires (service/core/faults.py)."""
+
+SETTINGS: dict[str, Any] = {
+    **HARNESS_SETTINGS,
+    # no type goes idle on the wall clock (a restart must not change which watermark a statement follows)
+    "idle_timeout_s": 3_600,
+    "archive_maintenance_interval_s": 0,
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the batch
+    before which ``sigterm`` stops the service, or how many batches after the jump's ``jump`` kills it (a harness
+    fault waiting behind an earlier one comes at the first batch at or after its own)."""
+
+    point: str
+    at: int
+
+    def __str__(self) -> str:
+        return f"{self.point}:{self.at}"
+
+
+Alert = tuple[str, str, str, str]
+"""What an alert says: its event ids, start, end and fields (JSON, keys sorted); alert id and times differ by run."""
+
+
+@dataclass
+class Outcome:
+    """What one run delivered and what happened to the service on the way."""
+
+    alerts: dict[str, list[Alert]] = field(default_factory=dict)
+    """Per statement, one alert per idempotency key."""
+    key_conflicts: list[str] = field(default_factory=list)
+    """Idempotency keys that arrived with two different payloads."""
+    starts: int = 0
+    failed_starts: list[str] = field(default_factory=list)
+    fired: list[str] = field(default_factory=list)
+    not_reached: list[str] = field(default_factory=list)
+    unplanned: list[str] = field(default_factory=list)
+    """Exits and hangs no fault asked for."""
+    rejected: list[str] = field(default_factory=list)
+    """Events the service refused (none in a fault-free run; a re-post's may be)."""
+    not_quiet: bool = False
+    busy: str = ""
+    """Why the service was last seen busy while the run waited for it to be quiet."""
+    seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
+    post_s: list[float] = field(default_factory=list)
+    """Wall seconds of each POST /events."""
+    start_s: list[float] = field(default_factory=list)
+    """Wall seconds of each start, until /healthz answers."""
+    """Wall seconds from the run's start to: started, set up, posted, quiet."""
+    log: str = ""
+    log_lines: list[str] = field(default_factory=list)
+    """Errors and warnings the service logged."""
+
+
+class Run:
+    """One run of the stream against one service on ``db`` and ``data_dir`` with ``faults`` (in order)."""
+
+    def __init__(
+        self, db: Database, data_dir: Path, stream: Stream, faults: Iterable[Fault], *, trace: Path | None = None,
+        settings: dict[str, Any] | None = None, say: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.stream = stream
+        self.pending = list(faults)
+        self.say = say
+        self.out = Outcome()
+        self.rx = WebhookReceiver()
+        self.svc = ServiceProcess(data_dir, {**SETTINGS, **(settings or {})}, db=db, own_group=True)
+        if trace is not None:
+            self.svc.env["LACE_CRASH_TRACE"] = str(trace)
+        self.marks = 0
+
+    # ------------------------------------------------------------------ the service's life
+
+    def _marks(self) -> int:
+        try:
+            return self.svc.log_path.read_text(errors="replace").count(MARK)
+        except OSError:
+            return 0
+
+    def _arm(self) -> None:
+        f = self.pending[0] if self.pending else None
+        if f is not None and f.point not in HARNESS_POINTS:
+            self.svc.env["LACE_CRASH_AT"] = str(f)
+        else:
+            self.svc.env.pop("LACE_CRASH_AT", None)
+
+    def _fired(self, how: str = "") -> None:
+        f = self.pending.pop(0)
+        self.out.fired.append(f"{f}{how}")
+        self.say(f"  fault {f}{how}")
+
+    def _gone(self) -> None:
+        """The service died or stopped answering: reap it, attribute the exit to the armed fault or not."""
+        proc = self.svc.proc
+        assert proc is not None
+        try:
+            proc.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - alive but not answering: a hang
+            self.out.unplanned.append("the service stopped answering (killed)")
+        self.svc.kill()
+        marks = self._marks()
+        if marks > self.marks and self.pending and self.pending[0].point not in HARNESS_POINTS:
+            self._fired()
+        else:
+            armed = self.pending[0] if self.pending else "no fault"
+            self.out.unplanned.append(f"exit {proc.returncode} with {armed} armed")
+        self.marks = marks
+        self.start()
+
+    def start(self) -> None:
+        """Start the service (the next fault armed); a crash point that fires while it starts (the WAL's recovery
+        flush) counts as fired, any other exit as a failed start."""
+        for _ in range(5):
+            self._arm()
+            t = time.monotonic()
+            try:
+                self.svc.start(timeout_s=240)
+                self.out.starts += 1
+                self.out.start_s.append(round(time.monotonic() - t, 1))
+                return
+            except ServiceError as e:
+                if self.svc.proc is not None and self.svc.proc.poll() is None:
+                    self.svc.kill()
+                marks = self._marks()
+                if marks > self.marks and self.pending and self.pending[0].point not in HARNESS_POINTS:
+                    self._fired(" (while starting)")
+                else:
+                    self.out.failed_starts.append(str(e)[-600:])
+                self.marks = marks
+        raise ServiceError("lace serve did not start five times in a row")
+
+    # ------------------------------------------------------------------ the stream
+
+    def setup(self, c: httpx.Client) -> None:
+        """Register the types, every statement and a webhook per alerting statement."""
+        for t in TYPES:
+            r = c.post("/event-types", json=t)
+            assert r.status_code == 201, r.text
+        for s in STATEMENTS:
+            r = c.post("/queries", json={"text": s.text, **s.options})
+            assert r.status_code == 201, f"{s.name}: {r.text}"
+            if s.alerts:
+                wh = c.post("/webhooks", json={"query_id": r.json()["id"], "url": self.rx.hook_url(s.name)})
+                assert wh.status_code == 201, wh.text
+                self.rx.add_secret(s.name, wh.json()["secret"])
+
+    def post(self, i: int) -> bool:
+        """POST batch ``i``; False when it was not acknowledged (the service died meanwhile)."""
+        t = time.monotonic()
+        try:
+            with self.svc.client(timeout_s=120) as c:
+                r = c.post("/events", json=self.stream.batches[i])
+        except httpx.HTTPError:
+            return False
+        finally:
+            self.out.post_s.append(round(time.monotonic() - t, 3))
+        if r.status_code != 200:
+            self.out.unplanned.append(f"batch {i}: HTTP {r.status_code} {r.text[:200]}")
+            return False
+        batch = self.stream.batches[i]
+        why = Counter(
+            f"{batch[x['index']]['type']} {x['reason'].split(':')[0]}"
+            for x in r.json()["rejections"] if not x["reason"].startswith("dropped by filter")
+        )
+        if why:
+            self.out.rejected.append(f"batch {i}: {sum(why.values())} refused ({dict(why)})")
+        return True
+
+    def busy(self, c: httpx.Client) -> str:
+        """Why the service is not quiet: pending deliveries, or a live-and-archived query with events, live
+        instances or archive requests to finish ("" when it is quiet)."""
+        if c.get("/deliveries", params={"status": "pending", "limit": 1}).json()["items"]:
+            return "deliveries pending"
+        for q in c.get("/queries").json():
+            la = (q.get("stats") or {}).get("live_archived")
+            if la and (la["backlog_events"] or la["requests_in_flight"] or la["pending_live_instances"]):
+                return (f"{q['name']}: {la['backlog_events']} events, {la['pending_live_instances']} live instances, "
+                        f"{la['requests_in_flight']} requests")
+        return ""
+
+    def settle(self, timeout_s: float) -> None:
+        """Wait until the service is quiet: not busy and no new delivery for 2 s (a fault may still fire)."""
+        deadline = time.monotonic() + timeout_s
+        last, since = -1, time.monotonic()
+        while time.monotonic() < deadline:
+            assert self.svc.proc is not None
+            if self.svc.proc.poll() is not None:
+                self._gone()
+                last = -1
+                continue
+            try:
+                with self.svc.client(timeout_s=30) as c:
+                    busy = self.busy(c)
+            except httpx.HTTPError:
+                time.sleep(0.2)
+                continue
+            now, got = time.monotonic(), len(self.rx.received)
+            if busy != self.out.busy:
+                self.say(f"  {now - deadline + timeout_s:.1f} s: {busy or 'quiet'}")
+                self.out.busy = busy
+            if busy or got != last:
+                last, since = got, now
+            elif now - since >= 2.0:
+                return
+            time.sleep(0.25)
+        self.out.not_quiet = True
+
+    def go(self, settle_s: float = 300.0) -> Outcome:
+        started = time.monotonic()
+        self.rx.start()
+        try:
+            self.start()
+            self.out.phases["started"] = time.monotonic() - started
+            with self.svc.client() as c:
+                self.setup(c)
+            self.out.phases["set up"] = time.monotonic() - started
+            i = 0
+            while i < len(self.stream.batches):
+                f = self.pending[0] if self.pending else None
+                if f is not None and f.point == "sigterm" and i >= f.at:
+                    code = self.svc.stop()
+                    self._fired(f" (exit {code})")
+                    self.marks = self._marks()
+                    self.start()
+                    continue
+                if not self.post(i):
+                    self._gone()
+                    continue
+                if f is not None and f.point == "jump" and i >= self.stream.jump_batch + f.at:
+                    self.svc.kill()
+                    self._fired()
+                    self.start()
+                i += 1
+            self.out.phases["posted"] = time.monotonic() - started
+            self.settle(settle_s)
+            self.out.phases["quiet"] = time.monotonic() - started
+        finally:
+            self.svc.stop()
+            self.rx.stop()
+        self.out.not_reached = [str(f) for f in self.pending]
+        self.out.alerts, self.out.key_conflicts = delivered(self.rx)
+        self.out.seconds = time.monotonic() - started
+        self.out.log = str(self.svc.log_path)
+        text = self.svc.log_path.read_text(errors="replace")
+        self.out.log_lines = [ln for ln in text.splitlines() if re.search(r"ERROR|WARNING|Traceback|LACE_CRASH", ln)]
+        return self.out
+
+
+def delivered(rx: WebhookReceiver) -> tuple[dict[str, list[Alert]], list[str]]:
+    """Per statement (its webhook path), what each idempotency key delivered; the keys with two payloads."""
+    out: dict[str, list[Alert]] = {}
+    conflicts = []
+    by_key: dict[str, tuple[str, set[bytes]]] = {}
+    for rec in rx.ok():
+        key = rec["headers"].get("idempotency-key", "")
+        by_key.setdefault(key, (rec["path"].removeprefix("/hook/"), set()))[1].add(rec["body"])
+    for key, (hook, bodies) in by_key.items():
+        if len(bodies) > 1:
+            conflicts.append(f"{hook} {key}: {len(bodies)} payloads")
+        doc = json.loads(min(bodies))
+        events, fields = json.dumps(doc["events"], sort_keys=True), json.dumps(doc["fields"], sort_keys=True)
+        out.setdefault(hook, []).append((events, doc["start"], doc["end"], fields))
+    return out, conflicts
+
+
+# ---------------------------------------------------------------------------- comparison
+
+
+def identity(a: Alert) -> str:
+    """What makes two alerts the same result: their event ids; a window result (no events): window and group."""
+    events, start, end, fields = a
+    if events != "{}":
+        return events
+    return f"{start} {end} {json.loads(fields).get('key')}"
+
+
+@dataclass
+class Diff:
+    lost: list[str] = field(default_factory=list)
+    duplicated: list[str] = field(default_factory=list)
+    wrong: list[str] = field(default_factory=list)
+
+    def counts(self) -> tuple[int, int, int]:
+        return len(self.lost), len(self.duplicated), len(self.wrong)
+
+    def __bool__(self) -> bool:
+        return bool(self.lost or self.duplicated or self.wrong)
+
+
+def compare(want: dict[str, list[Alert]], got: dict[str, list[Alert]]) -> dict[str, Diff]:
+    """Per kind: the alerts of ``want`` missing from ``got``, those ``got`` has twice, and those that differ in
+    their fields or are not in ``want``."""
+    out = {k: Diff() for k in KINDS}
+    for s in STATEMENTS:
+        if not s.alerts:
+            continue
+        d = out[s.kind]
+        expected = {identity(a): a for a in want.get(s.name, [])}
+        seen = Counter(identity(a) for a in got.get(s.name, []))
+        d.duplicated += [f"{s.name} {k} x{n}" for k, n in seen.items() if n > 1]
+        d.lost += [f"{s.name} {k}" for k in expected if k not in seen]
+        for a in got.get(s.name, []):
+            k = identity(a)
+            if k not in expected:
+                d.wrong += [f"{s.name} {k} not in the fault-free run: {a[3]}"]
+            elif expected[k] != a:
+                d.wrong += [f"{s.name} {k}: {a[1:]} instead of {expected[k][1:]}"]
+    return out
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+def trace_counts(path: Path) -> dict[str, int]:
+    """Per crash point, the most passes one process made through it (the fault-free run's trace)."""
+    per: Counter[tuple[str, str]] = Counter()
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name, _, pid = line.partition(" ")
+            per[(name, pid)] += 1
+    best: dict[str, int] = {}
+    for (name, _), n in per.items():
+        best[name] = max(best.get(name, 0), n)
+    return best
+
+
+def draw(rng: random.Random, point: str, passes: dict[str, int], stream: Stream) -> Fault:
+    """A seeded fault at ``point``: a pass the fault-free run made, a batch, or a batch after the jump."""
+    if point == "sigterm":
+        return Fault(point, rng.randrange(1, len(stream.batches) - 1))
+    if point == "jump":
+        return Fault(point, rng.randrange(0, 3))
+    return Fault(point, rng.randint(1, max(1, passes.get(point, 1))))
+
+
+def one_run(kind: str, tmp: Path, stream: Stream, faults: list[Fault], **kw: Any) -> Outcome:
+    """A run on a fresh database of ``kind`` (SQLite under ``tmp``, or a new PostgreSQL schema)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    with scratch_database(kind, tmp) as db:
+        return Run(db, tmp / "data", stream, faults, **kw).go()
+
+
+def table(rows: dict[str, dict[str, list[int]]], starts: dict[str, int], runs: dict[str, int]) -> str:
+    """Markdown: one row per kind, one column per point; a cell is ``lost/duplicated/wrong`` summed over its runs."""
+    points = [p for p in POINTS if runs.get(p)]
+    head = "| kind | " + " | ".join(f"{p} ({runs[p]})" for p in points) + " |"
+    lines = [head, "|" + " --- |" * (len(points) + 1)]
+    for k in KINDS:
+        cells = ["/".join(str(x) for x in rows[k].get(p, [0, 0, 0])) for p in points]
+        lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines.append("| failed starts | " + " | ".join(str(starts.get(p, 0)) for p in points) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a SIGTERM stops the run's service on the way out
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--points", type=int, default=45, help="fault runs (one fault each, the points in turn)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--db", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--seconds", type=int, default=600, help="event-time seconds of the stream")
+    ap.add_argument("--only", default="", help="comma-separated points (default: all of them, in turn)")
+    ap.add_argument("--json", type=Path, help="write every run's outcome here")
+    ap.add_argument("--keep", type=Path, help="the runs' data directories and logs go here (default: a temporary one)")
+    args = ap.parse_args(argv)
+    stream = make_stream(args.seed, args.seconds)
+    rng = random.Random(args.seed)
+    points = args.only.split(",") if args.only else list(POINTS)
+    base = args.keep or Path(tempfile.mkdtemp(prefix="lace-crash-"))
+    print(f"stream: {stream.events} events in {len(stream.batches)} batches, the jump before batch "
+          f"{stream.jump_batch}; runs under {base}", flush=True)
+    trace = base / "trace.txt"
+    clean = one_run(args.db, base / "clean", stream, [], trace=trace)
+    passes = trace_counts(trace)
+    print(f"fault-free run: {clean.seconds:.0f} s, alerts { {k: len(v) for k, v in sorted(clean.alerts.items())} }, "
+          f"passes {passes}, refused {clean.rejected}", flush=True)
+    again = one_run(args.db, base / "clean2", stream, [])
+    nondet = {k: d.counts() for k, d in compare(clean.alerts, again.alerts).items() if d}
+    la = [sorted(clean.alerts.get(f"la_{a}", [])) for a in ("sllaa", "ollaa", "llaa", "alaa")]
+    print(f"second fault-free run: {again.seconds:.0f} s, differs in {nondet or 'nothing'}; the four algorithms "
+          f"agree: {all(x == la[0] for x in la)}", flush=True)
+    rows: dict[str, dict[str, list[int]]] = {k: {} for k in KINDS}
+    failed_starts: Counter[str] = Counter()
+    runs: Counter[str] = Counter()
+    records = []
+    for n in range(args.points):
+        point = points[n % len(points)]
+        fault = draw(rng, point, passes, stream)
+        got = one_run(args.db, base / f"run{n}", stream, [fault])
+        runs[point] += 1
+        failed_starts[point] += len(got.failed_starts)
+        diffs = compare(clean.alerts, got.alerts)
+        for k, d in diffs.items():
+            cell = rows[k].setdefault(point, [0, 0, 0])
+            for j, x in enumerate(d.counts()):
+                cell[j] += x
+        bad = {k: d.counts() for k, d in diffs.items() if d}
+        print(f"run {n}: {fault}, {got.seconds:.0f} s, fired {got.fired}, not reached {got.not_reached}, failed "
+              f"starts {len(got.failed_starts)}, key conflicts {len(got.key_conflicts)}, unplanned {got.unplanned}: "
+              f"{bad or 'all equal'}", flush=True)
+        records.append({"run": n, "fault": str(fault), "outcome": {**vars(got), "alerts": None},
+                        "diffs": {k: vars(d) for k, d in diffs.items() if d}})
+    print(f"\nCrash suite: `python -m bench.crash --points {args.points} --seed {args.seed} --db {args.db}`, "
+          f"{platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; a cell is "
+          "lost/duplicated/wrong alerts summed over the point's runs (in parentheses)\n")
+    print(table(rows, failed_starts, runs))
+    if args.json:
+        doc = {"clean": {**vars(clean), "alerts": {k: len(v) for k, v in clean.alerts.items()}},
+               "nondeterministic": nondet, "runs": records}
+        args.json.write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,74 @@
+"""The crash suite in CI (issue 24): a few seeded points of bench/crash.py's harness, on SQLite and PostgreSQL.
+
+Every statement kind runs on one real ``lace serve`` (bench/crash_workload.py: a live pattern, LIVE/ARCHIVED under
+SLLAA, OLLAA, LLAA and ALAA, FILTER + pattern, an EMIT INTO chain of two, AGGREGATE tumbling and sliding, INTERVAL
+derivation + a query over it, an interval type with Allen relations on the live and the archived side, a FILTER on a
+derived type, ``dedup``, ``PLAN tree``, a small ``pm_capacity``), each alerting one with a webhook on a receiver that
+checks signatures. The fault-free run (SQLite; the same statements registered in the same order get the same ids on
+either database, so the same alerts) gives the expected alerts. Per database, one run kills the service at three
+points in turn, restarting it each time on the same data directory and database and posting again the batch that was
+not acknowledged; every kind's alerts must equal the fault-free run's, by event ids and fields, each idempotency key
+with one payload, and the service must start every time. ``python -m bench.crash`` runs many more points.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from bench.crash import Fault, Outcome, Run, compare
+from bench.crash_workload import KINDS, STATEMENTS, make_stream
+from cli.service_process import scratch_database
+from tests.service.conftest import make_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
+
+STREAM = make_stream(seed=1)
+PLANS = {
+    # mid-request (after the WAL append), archive requests in flight, SIGKILL right after the 30-day jump
+    "sqlite": [Fault("ingest.after_wal", 6), Fault("la.request_submitted", 3), Fault("jump", 1)],
+    # mid-delivery (after the 2xx, before the delivered mark), mid-archive flush (Delta committed, WAL not deleted),
+    # SIGTERM
+    "postgresql": [Fault("webhook.after_post", 80), Fault("archive.flush.before_wal_delete", 8), Fault("sigterm", 15)],
+}
+
+
+@pytest.fixture(scope="module")
+def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    tmp = tmp_path_factory.mktemp("crash-fault-free")
+    with scratch_database("sqlite", tmp) as db:
+        return Run(db, tmp / "data", STREAM, []).go()
+
+
+@pytest.fixture(scope="module")
+def faulty(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
+    tmp = tmp_path_factory.mktemp(f"crash-{database_kind}")
+    for db in make_database(database_kind, tmp):
+        yield Run(db, tmp / "data", STREAM, PLANS[database_kind]).go()
+
+
+def test_the_fault_free_run_is_sound(fault_free: Outcome) -> None:
+    """Nothing refused, quiet at the end, every alerting statement alerted, the four algorithms agree."""
+    assert not fault_free.rejected and not fault_free.not_quiet and not fault_free.unplanned, fault_free
+    quiet = [s.name for s in STATEMENTS if s.alerts and not fault_free.alerts.get(s.name)]
+    assert not quiet, f"statements without an alert: {quiet}"
+    la = {name: sorted(fault_free.alerts[name]) for name in ("la_sllaa", "la_ollaa", "la_llaa", "la_alaa")}
+    assert all(v == la["la_sllaa"] for v in la.values()), {k: len(v) for k, v in la.items()}
+
+
+def test_the_service_starts_every_time_and_every_fault_fires(database_kind: str, faulty: Outcome) -> None:
+    assert not faulty.failed_starts, faulty.failed_starts
+    assert [f.split(" ")[0] for f in faulty.fired] == [str(f) for f in PLANS[database_kind]], faulty.fired
+    assert not faulty.unplanned, faulty.unplanned
+    assert not faulty.key_conflicts, faulty.key_conflicts
+    assert not faulty.not_quiet, f"still busy: {faulty.busy}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_alerts_equal_the_fault_free_run(database_kind: str, kind: str, fault_free: Outcome, faulty: Outcome) -> None:
+    diff = compare(fault_free.alerts, faulty.alerts)[kind]
+    lost, duplicated, wrong = diff.counts()
+    assert not diff, (
+        f"{kind} on {database_kind} after {faulty.fired}: {lost} lost, {duplicated} duplicated, {wrong} wrong; "
+        f"lost {diff.lost[:3]}; duplicated {diff.duplicated[:3]}; wrong {diff.wrong[:3]}; log {faulty.log}"
+    )

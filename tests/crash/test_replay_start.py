@@ -1,0 +1,112 @@
+"""What the crash suite's AGGREGATE and ``dedup`` failures come down to, without Spark and without a crash: one SIGTERM.
+
+The restart replay (service/live/replay.py) starts at the earliest event time any statement needs and feeds every
+statement the events from there. A statement without WITHIN (here ``hi``, an EMIT INTO filter) needs
+``LACE_REPLAY_MAX_S`` (7 days) of history, so on an archive longer than that the replay starts 7 days before its
+newest event, inside a window of a tumbling AGGREGATE that fired long ago and inside a ``dedup`` period: the window is
+counted again from the middle and alerted a second time with another count (a window alert's identity is its window
+and fields), and ``dedup`` lets through an alarm it had absorbed. In the crash suite a live-and-archived query's
+resume point recorded before a 30-day event-time jump does the same (bench/crash.py, docs/benchmarks.md).
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli.service_process import make_service
+from cli.webhook_receiver import Receiver
+from engine.detector import compile as compile_statement
+from engine.detector import make_detector
+from engine.events import Event
+from tests.service.conftest import make_database
+
+pytestmark = [pytest.mark.slow, pytest.mark.integration]
+
+T0 = 1_709_251_200_000  # 2024-03-01T00:00:00Z
+STEP = 600_000  # an event every 10 min, for 8 days and 30 min
+EVENTS = [{"id": i + 1, "type": "s", "ts": T0 + i * STEP, "attrs": {"v": i % 7}} for i in range(8 * 144 + 3)]
+LAST = {"id": 99_999, "type": "s", "ts": EVENTS[-1]["ts"] + 7_200_000, "attrs": {"v": 0}}
+STATEMENTS = {
+    "hi": "NAME hi PATTERN s x WHERE x.v > 1000 RETURN x.v AS v EMIT INTO hi",  # no WITHIN: 7 days of replay
+    "hourly": "NAME hourly AGGREGATE s x WINDOW TUMBLING 1 h RETURN count(x) AS n",
+    "once": "NAME once PATTERN SEQ(dedup(s, 2 h) d, s b) WITHIN 10 min",
+}
+
+
+def settle(rx: Receiver) -> None:
+    """Until no delivery came for 2 s."""
+    for _ in range(60):
+        before = len(rx.ok())
+        time.sleep(2)
+        if len(rx.ok()) == before and before > 0:
+            return
+
+
+def run(database_kind: str, tmp: Path, restart: bool) -> dict[str, list[dict[str, Any]]]:
+    """Post the 8 days, SIGTERM and start again when ``restart``, post one more event; the alerts per statement."""
+    rx = Receiver()
+    rx.start()
+    try:
+        for db in make_database(database_kind, tmp):
+            svc = make_service(db, tmp / "data", idle_timeout_s=3_600)
+            svc.start()
+            try:
+                with svc.client() as c:
+                    assert c.post("/event-types", json={"name": "s", "attributes": {"v": "int"}}).status_code == 201
+                    for name, text in STATEMENTS.items():
+                        q = c.post("/queries", json={"text": text})
+                        assert q.status_code == 201, q.text
+                        if name != "hi":
+                            hook = {"query_id": q.json()["id"], "url": rx.hook_url(name)}
+                            assert c.post("/webhooks", json=hook).status_code == 201
+                    for i in range(0, len(EVENTS), 300):
+                        r = c.post("/events", json=EVENTS[i : i + 300])
+                        assert r.json()["accepted"] == len(EVENTS[i : i + 300]), r.text
+                settle(rx)
+                if restart:
+                    svc.stop()
+                    svc.start()
+                with svc.client() as c:
+                    assert c.post("/events", json=[LAST]).json()["accepted"] == 1
+                settle(rx)
+            finally:
+                svc.stop()
+    finally:
+        rx.stop()
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in rx.ok():
+        doc = json.loads(rec["body"])
+        out.setdefault(rec["path"].removeprefix("/hook/"), []).append(
+            {"events": doc["events"], "start": doc["start"], "fields": doc["fields"]}
+        )
+    return out
+
+
+def engine_pairs() -> list[dict[str, Any]]:
+    """The ``once`` matches the engine alone finds over the stream (no service, no restart)."""
+    det = make_detector(compile_statement(STATEMENTS["once"]))
+    out = []
+    for e in [*EVENTS, LAST]:
+        out += [m.to_json()["events"] for m in det.push(Event(e["id"], e["type"], e["ts"] * 1000, e["attrs"]))]
+    return out
+
+
+def test_a_restart_does_not_count_a_fired_window_or_a_dedup_period_again(database_kind: str, tmp_path: Path) -> None:
+    """After a SIGTERM and a start, every hourly window is alerted once with its events (6 each, 3 in the last) and
+    the ``once`` alerts are the engine's over the same events."""
+    got = run(database_kind, tmp_path, restart=True)
+    twice = {w: [a["fields"]["n"] for a in got["hourly"] if a["start"] == w]
+             for w, n in Counter(a["start"] for a in got["hourly"]).items() if n > 1}
+    counts = Counter(a["fields"]["n"] for a in got["hourly"])
+    want = engine_pairs()
+    pairs = [a["events"] for a in got["once"]]
+    extra, lost = [p for p in pairs if p not in want], [p for p in want if p not in pairs]
+    assert not twice and counts == {6: 192, 3: 1} and not extra and not lost, (
+        f"windows alerted twice (counts): {twice}; window counts {dict(counts)}; dedup pairs the engine does not "
+        f"find: {extra}; lost: {lost}"
+    )
