@@ -184,7 +184,7 @@ def set_version(row: QueryRow, body: QueryUpdate, compiled: AnyStatement, choice
     row.types = sorted(compiled.stream_types)
     row.window_us = window_us(compiled)
     row.version += 1
-    row.resume_seq = None
+    row.resume_seq = row.checkpoint_seq = None
     row.counters = None  # a new version counts from zero
 
 

@@ -41,7 +41,7 @@ def run(
 ) -> None:
     """Start ``row``'s statement in the runtime (its options, counters and version from the row), seeing the
     events ingested from ``active_since_us`` (int us UTC) on; ``restored``: started again on a restart, with the
-    checkpoint in its row (``resume_seq``) for the restart replay (docs/architecture.md section 4).
+    checkpoint in its row (``resume_seq``, ``checkpoint_seq``) for the restart replay (docs/architecture.md section 4).
 
     Raises
     ------
@@ -58,6 +58,7 @@ def run(
         version=row.version,
         restored=restored,
         resume_seq=row.resume_seq if restored else None,
+        checkpoint_seq=row.checkpoint_seq if restored else None,
     )
 
 
@@ -269,7 +270,7 @@ def resume(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic
         row.state = "active"
         row.active_since_us = t
         row.updated_at_us = t
-        row.resume_seq = None
+        row.resume_seq = row.checkpoint_seq = None
         session.commit()
         start(runtime, row, compiled, t)
     return public(row, runtime)

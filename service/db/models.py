@@ -84,6 +84,9 @@ class QueryRow(Base):
     resume_seq: Mapped[int | None] = mapped_column(BigInteger)
     """Its checkpoint: the position in the durable ingest order from which a restart replays what rebuilds its
     state (migration 0012; None: not checkpointed since it started)."""
+    checkpoint_seq: Mapped[int | None] = mapped_column(BigInteger)
+    """The position its checkpoint was taken at: every result of the events before it was recorded then, and the
+    restart replay does not alert them again (migration 0013; None: none, or a live-and-archived query)."""
     counters: Mapped[dict[str, float] | None] = mapped_column(JSON)
     """Totals since the query was created or updated (events, matches, late, cpu_s, ...): kept across restarts."""
     plan_choice: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a plan trial's winner (issue 16)

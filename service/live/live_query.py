@@ -65,6 +65,11 @@ class LiveQuery:
     """Its checkpoint: the position in the ingest order (:mod:`service.live.ingest_order`) from which a
     restart replays what rebuilds its state (None: not known yet; a restart then reads what it received
     after ``active_since_us`` within its event-time horizon)."""
+    checkpoint_seq: int | None = None
+    """The position its checkpoint was taken at (the next position then): every result of the events before it
+    was recorded, so the restart replay rebuilds its state from ``resume_seq`` without alerting them again (an
+    AGGREGATE window or a ``dedup`` chain the replay starts inside of would come out otherwise). None: not
+    checkpointed since it started, or a live-and-archived query (its worker's results come later)."""
     replay_cut_us: int | None = None
     """How much event time the restart replay did not go back over for this query because of
     ``LACE_REPLAY_MAX_S`` (None: not cut); partial matches that started earlier were lost."""

@@ -107,7 +107,10 @@ def reach_us(rt: LiveRuntime, lq: LiveQuery, seen: frozenset[int] = frozenset())
 
 
 def checkpoint(rt: LiveRuntime) -> None:
-    """Record each statement's checkpoint: its totals (``counters``) and its position (``resume_seq``).
+    """Record each statement's checkpoint: its totals (``counters``), the position its state is rebuilt from
+    (``resume_seq``) and, for a statement the runtime matches itself, the position the checkpoint is taken at
+    (``checkpoint_seq``: the next one; under the runtime's lock, every result of the events before it is recorded,
+    unless a failed alert transaction left some in memory, and then it does not move).
 
     Bulk UPDATEs by primary key, in transactions of :data:`CHECKPOINT_ROWS`: with thousands of statements one
     transaction of one UPDATE each held SQLite's write gate for up to 0.28 s. A statement nothing reached since
@@ -126,7 +129,11 @@ def checkpoint(rt: LiveRuntime) -> None:
             if newest is not None:
                 known = lq.resume_seq if lq.resume_seq is not None else rt.order.floor
                 lq.resume_seq = rt.order.position_of(horizon(rt, lq, newest, pending[lq.id]).start_us, known)
-            values: dict[str, Any] = {"counters": lq.totals(), "resume_seq": lq.resume_seq}
+            if lq.worker is None and rt.results_recorded:  # every result of the events before it is recorded
+                lq.checkpoint_seq = rt.order.next_seq
+            values: dict[str, Any] = {
+                "counters": lq.totals(), "resume_seq": lq.resume_seq, "checkpoint_seq": lq.checkpoint_seq
+            }
             if values != lq.saved:  # unchanged since the last checkpoint (with thousands of statements, most are)
                 rows.append((lq, values))
         rt.order.forget_before(min((q.resume_seq for q in queries if q.resume_seq is not None), default=0))
@@ -341,8 +348,13 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, TypeSpec]) -> dict[
 
 def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
     """Feed ``rows`` (in ingest order) to the statements that received them live (stamped after their
-    ``active_since_us``). Returns ``(events replayed, new alerts)``; alerts found again are de-duplicated by
-    (query, event ids)."""
+    ``active_since_us``). Returns ``(events replayed, new alerts)``.
+
+    The results a row makes for a statement whose checkpoint was taken after it (``row.seq < checkpoint_seq``)
+    were recorded before the restart: they rebuild its state and are not alerted again (the replay may start
+    inside an AGGREGATE window or a ``dedup`` chain that fired long ago, and find them otherwise). The others are
+    de-duplicated by their identity (query, event ids; a window's bounds and fields).
+    """
     found: list[Found] = []
     handed: dict[int, list[Event]] = {}  # live-and-archived queries' events, handed over in one batch each
     graph = rt.graph
@@ -367,7 +379,10 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             if not graph_wanted or graph.filter(e) is not None:
                 continue
             names = {str(lq.id) for lq in takers}
-            found.extend(Found(int(name), m) for name, m in graph.push(e, names.__contains__))
+            for name, m in graph.push(e, names.__contains__):
+                lq = rt.queries[int(name)]
+                if row.seq is None or lq.checkpoint_seq is None or row.seq >= lq.checkpoint_seq:
+                    found.append(Found(lq.id, m))
             graph.take_late()
             if graph.failures:
                 ingest.mark_failed(graph, None, None, None)

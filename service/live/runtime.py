@@ -166,12 +166,14 @@ class LiveRuntime:
         version: int = 1,
         restored: bool = False,
         resume_seq: int | None = None,
+        checkpoint_seq: int | None = None,
     ) -> LiveQuery:
         """Start (or restart, dropping its state) a query: a matcher, or a live-and-archived worker.
 
         Call under the lock, with ``active_since_us`` from :meth:`activation_us`. ``restored``: started again
-        on a restart, from its row, with its checkpointed ``resume_seq`` (None: none yet) before the replay
-        (:func:`service.live.recovery.rebuild`); otherwise it starts with nothing seen, at the next position.
+        on a restart, from its row, with its checkpointed ``resume_seq`` and ``checkpoint_seq`` (None: none yet)
+        before the replay (:func:`service.live.recovery.rebuild`); otherwise it starts with nothing seen, at the
+        next position.
 
         Raises
         ------
@@ -203,6 +205,7 @@ class LiveRuntime:
                 base=dict(totals or {}),
                 version=version,
                 resume_seq=resume_seq if restored else self.order.next_seq,
+                checkpoint_seq=checkpoint_seq if restored else None,
             )
             if worker is None:
                 self.graph.add(str(query_id), compiled, detector, version=version)  # derived ids: (id, version)
@@ -583,6 +586,11 @@ class LiveRuntime:
         if (alerts or deliveries) and self.on_deliveries is not None:  # rowcount of INSERT..SELECT is not portable
             self.on_deliveries()
         return alerts
+
+    @property
+    def results_recorded(self) -> bool:
+        """Whether every result found so far is recorded (no failed alert transaction left one in memory)."""
+        return not self._unsaved
 
     def retry_unsaved(self) -> None:
         """Try again to record alerts a failed transaction left in memory."""

@@ -1,12 +1,14 @@
-"""What the crash suite's AGGREGATE and ``dedup`` failures come down to, without Spark and without a crash: one SIGTERM.
+"""What the crash suite's AGGREGATE and ``dedup`` failures came down to, without Spark and without a crash: one SIGTERM.
 
-The restart replay (service/live/replay.py) starts at the earliest event time any statement needs and feeds every
-statement the events from there. A statement without WITHIN (here ``hi``, an EMIT INTO filter) needs
-``LACE_REPLAY_MAX_S`` (7 days) of history, so on an archive longer than that the replay starts 7 days before its
-newest event, inside a window of a tumbling AGGREGATE that fired long ago and inside a ``dedup`` period: the window is
-counted again from the middle and alerted a second time with another count (a window alert's identity is its window
-and fields), and ``dedup`` lets through an alarm it had absorbed. In the crash suite a live-and-archived query's
-resume point recorded before a 30-day event-time jump does the same (bench/crash.py, docs/benchmarks.md).
+The restart replay starts at the earliest position any statement needs (its ``resume_seq``) and feeds every statement
+from there, so it goes back over events whose results were alerted before the stop: inside a tumbling AGGREGATE's
+window that fired long ago, and inside a chain of ``dedup`` periods, where it places the first binding on the first
+replayed alarm (an alarm absorbed before the stop) and the replayed pairs come out under other event ids. A
+statement's checkpoint records, beside ``resume_seq``, the position it was taken at (``checkpoint_seq``): every
+result of the events before it was recorded then, and the replay does not alert them again.
+
+The batches are posted more than a second apart so that the ingest order's index (one bucket per second,
+service/live/ingest_order.py) places each statement's ``resume_seq`` inside the stream, not at its start.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.integration]
 T0 = 1_709_251_200_000  # 2024-03-01T00:00:00Z
 STEP = 600_000  # an event every 10 min, for 8 days and 30 min
 EVENTS = [{"id": i + 1, "type": "s", "ts": T0 + i * STEP, "attrs": {"v": i % 7}} for i in range(8 * 144 + 3)]
+BATCH = 37  # 6 h 10 min of events per request: not aligned with the hours nor the dedup periods
 LAST = {"id": 99_999, "type": "s", "ts": EVENTS[-1]["ts"] + 7_200_000, "attrs": {"v": 0}}
 STATEMENTS = {
     "hi": "NAME hi PATTERN s x WHERE x.v > 1000 RETURN x.v AS v EMIT INTO hi",  # no WITHIN: 7 days of replay
@@ -64,9 +67,10 @@ def run(database_kind: str, tmp: Path, restart: bool) -> dict[str, list[dict[str
                         if name != "hi":
                             hook = {"query_id": q.json()["id"], "url": rx.hook_url(name)}
                             assert c.post("/webhooks", json=hook).status_code == 201
-                    for i in range(0, len(EVENTS), 300):
-                        r = c.post("/events", json=EVENTS[i : i + 300])
-                        assert r.json()["accepted"] == len(EVENTS[i : i + 300]), r.text
+                    for i in range(0, len(EVENTS), BATCH):
+                        r = c.post("/events", json=EVENTS[i : i + BATCH])
+                        assert r.json()["accepted"] == len(EVENTS[i : i + BATCH]), r.text
+                        time.sleep(1.1)  # a new bucket of the ingest order's index per batch
                 settle(rx)
                 if restart:
                     svc.stop()
