@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from archive.buffer import RecentBuffer
+from archive.pushdown import apply_filter
 from archive.ranges import Ranges, Request, hull, make_request
 from archive.reader import ArchiveReader, iso_us
 from archive.schema import US_PER_DAY, EventType, conform, output_schema, record_to_output
@@ -91,6 +92,7 @@ class Extractor:
         *,
         version: int | dict[str, int] | None = None,
         include_recent: bool | None = None,
+        where: pc.Expression | None = None,
     ) -> pa.Table:
         """Events of ``types`` whose key is in ``keys`` and whose end lies in ``ranges`` (``ts_end`` of an
         interval type, ``ts`` of a point type: the matcher's order, issue 24 item 4).
@@ -110,6 +112,9 @@ class Extractor:
         include_recent : bool, optional
             Add the matching events of the recent buffer; default: only when no version
             is pinned (buffered events are not part of a pinned snapshot).
+        where : pyarrow.compute.Expression, optional
+            Only the rows passing this filter over the output columns (e.g. an archived
+            pattern's single-event conditions, :func:`archive.pushdown.single_event_filter`).
 
         Returns
         -------
@@ -129,7 +134,7 @@ class Extractor:
             # the buffer first, then Delta: a flush commits to Delta before it drops the buffer's rows, so
             # an event flushed between the two reads is in the second one (duplicates are removed below);
             # read the other way round, it would be in neither
-            parts.append(conform(self.buffer.query(names, request), schema))
+            parts.append(apply_filter(conform(self.buffer.query(names, request), schema), where))
         pins = self.reader.pin(names, version)
         by_spark = []
         for etype in etypes:
@@ -137,14 +142,14 @@ class Extractor:
                 continue  # nothing archived yet
             if self._read_here(etype, pins[etype.name], request):
                 rows = self.reader.read_arrow(etype.name, version=pins[etype.name], request=request)
-                parts.append(conform(record_to_output(etype, rows), schema))
+                parts.append(apply_filter(conform(record_to_output(etype, rows), schema), where))
                 self.local_reads += 1
             else:
                 by_spark.append(etype)
         if by_spark:
             with self.frame(by_spark, request, version=pins) as df:
                 if df is not None:
-                    parts.append(conform(df.toArrow(), schema))
+                    parts.append(apply_filter(conform(df.toArrow(), schema), where))
         if not parts:
             return schema.empty_table()
         return _dedupe_sorted(pa.concat_tables(parts))

@@ -155,3 +155,23 @@ def test_unknown_types_and_keys_of_the_wrong_type_are_clear_errors(loaded, spark
     with pytest.raises(ValueError, match="keys of type traffic"):
         ex.extract(["traffic"], [1, 2], [(0, 1)])
     assert ex.extract(["traffic"], [], [(0, 1)]).num_rows == 0
+
+
+@pytest.mark.parametrize("local_read_bytes", [0, 1 << 30])
+def test_a_one_event_archived_pattern_filters_rows_before_they_become_events(loaded, spark, local_read_bytes):
+    from archive.archived_source import SparkArchiveSource
+    from engine.compiler import compile_query
+
+    writer, events = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer, local_read_bytes=local_read_bytes)
+    source = SparkArchiveSource(ex)
+    pattern = compile_query("PATTERN SEQ(traffic c) WHERE c.speed > 60 AND c.ok = TRUE")
+    span = [(T0_US - DAY_US, T0_US + 10 * DAY_US)]
+    keys = KEYS[:5]
+    want = [
+        (e.id, e.type) for e in events
+        if e.type == "traffic" and e.attrs["key"] in keys and e.attrs["speed"] > 60 and e.attrs["ok"]
+    ]
+    got = source.extract(["traffic"], keys, span, key_attr="key", pattern=pattern)
+    assert sorted((e.id, e.type) for e in got) == sorted(want) and 0 < len(got) < len(source.extract(
+        ["traffic"], keys, span, key_attr="key"))
