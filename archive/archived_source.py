@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from archive.stats import ArchiveStats
     from archive.writer import ArchiveWriter
 
+Pattern = PatternQuery | CompiledQuery  # an archived side: its syntax tree or its compiled query
 MIN_US = MIN_TS_US  # Spark timestamps start at 0001-01-01
 MAX_US = MAX_TS_US
 EXACT_SELECTIVITY_BELOW = 1_000  # archived events: below this, selectivity is computed exactly here
@@ -95,13 +96,8 @@ class SparkArchiveSource:
         return {name: catalog[name] for name in dict.fromkeys(types) if name in catalog}
 
     def extract(
-        self,
-        types: Iterable[str],
-        keys: Iterable[Hashable] | None,
-        ranges: Ranges,
-        *,
-        key_attr: str | None = None,
-        pattern: PatternQuery | CompiledQuery | None = None,
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: Pattern | None = None,
     ) -> list[Event]:
         """See :meth:`engine.live_archived.source.ArchiveSource.extract`: at most one Spark job.
 
@@ -117,13 +113,8 @@ class SparkArchiveSource:
         return events if keep is None else keep_requested(events, keep, key_attr)
 
     def extract_table(
-        self,
-        types: Iterable[str],
-        keys: Iterable[Hashable] | None,
-        ranges: Ranges,
-        *,
-        key_attr: str | None = None,
-        pattern: PatternQuery | CompiledQuery | None = None,
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: Pattern | None = None,
     ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
         """:meth:`extract` as one Arrow table (output shape: ``id, type, ts``, attributes).
 
@@ -306,29 +297,15 @@ class LazyArchiveSource:
     def requests(self) -> int:
         return 0 if self._source is None else self._source.requests
 
-    def extract(
-        self,
-        types: Iterable[str],
-        keys: Iterable[Hashable] | None,
-        ranges: Ranges,
-        *,
-        key_attr: str | None = None,
-        pattern: PatternQuery | CompiledQuery | None = None,
-    ) -> list[Event]:
-        """See :meth:`SparkArchiveSource.extract`."""
-        return self.get().extract(types, keys, ranges, key_attr=key_attr, pattern=pattern)
+    def extract(self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, **kw: Any) -> list[Event]:
+        """See :meth:`SparkArchiveSource.extract` (``key_attr``, ``pattern``)."""
+        return self.get().extract(types, keys, ranges, **kw)
 
     def extract_table(
-        self,
-        types: Iterable[str],
-        keys: Iterable[Hashable] | None,
-        ranges: Ranges,
-        *,
-        key_attr: str | None = None,
-        pattern: PatternQuery | CompiledQuery | None = None,
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, **kw: Any
     ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
-        """See :meth:`SparkArchiveSource.extract_table`."""
-        return self.get().extract_table(types, keys, ranges, key_attr=key_attr, pattern=pattern)
+        """See :meth:`SparkArchiveSource.extract_table` (``key_attr``, ``pattern``)."""
+        return self.get().extract_table(types, keys, ranges, **kw)
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
