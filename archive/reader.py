@@ -236,10 +236,9 @@ def check_filelist_readable(dt: DeltaTable, name: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Version:
-    """What a reader keeps of one table version: the delta-rs table, the Spark schema, the file index, and why
-    its files cannot be read alone (None: they can)."""
+    """What a reader keeps of one table version: the Spark schema, the file index, and why its files cannot be
+    read alone (None: they can)."""
 
-    dt: DeltaTable
     spark_schema: Any
     files: FileIndex
     unreadable: str | None
@@ -345,22 +344,32 @@ class ArchiveReader:
     def _version(self, name: str, version: int) -> _Version:
         def build() -> _Version:
             from deltalake import DeltaTable
-            from pyspark.sql.types import StructType
 
-            uri = self.table_uri(name)
-            dt = DeltaTable(uri, version=version)
-            try:
-                check_filelist_readable(dt, name)
-                unreadable = None
-            except UnreadableTableError as exc:
-                if self.backend == "filelist":
-                    raise
-                unreadable = str(exc)
-            schema = StructType.fromJson(json.loads(dt.schema().to_json()))
-            # a type's key can be added by a later schema evolution: an index built before only prunes by time
-            return _Version(dt, schema, FileIndex.build(dt, uri, self.types([name])[name]), unreadable)
+            with self._lock:
+                latest = self._latest.get(name)
+                if latest is not None and latest.version() == version:
+                    # the version snapshot() just brought the table to: no second replay of the log (tens of ms
+                    # a version, and the service's archive gets a version every flush); under the lock, which
+                    # snapshot() holds while it moves the table on
+                    return self._describe(name, latest)
+            return self._describe(name, DeltaTable(self.table_uri(name), version=version))
 
         return self._cached(self._tables, (name, version), build)
+
+    def _describe(self, name: str, dt: DeltaTable) -> _Version:
+        from pyspark.sql.types import StructType
+
+        try:
+            check_filelist_readable(dt, name)
+            unreadable = None
+        except UnreadableTableError as exc:
+            if self.backend == "filelist":
+                raise
+            unreadable = str(exc)
+        schema = StructType.fromJson(json.loads(dt.schema().to_json()))
+        # a type's key can be added by a later schema evolution: an index built before only prunes by time
+        index = FileIndex.build(dt, self.table_uri(name), self.types([name])[name])
+        return _Version(schema, index, unreadable)
 
     # ------------------------------------------------------------------ reading
 
