@@ -1,8 +1,9 @@
 """The Delta archive as an :class:`engine.live_archived.source.ArchiveSource` (docs/architecture.md sections 7.7, 7.8).
 
-:class:`SparkArchiveSource` adapts :class:`archive.extractor.Extractor` (one Spark job per archive
-request, unflushed events from the recent buffer included; Arrow rows become
-:class:`engine.events.Event`) and :class:`archive.stats.ArchiveStats` (counts and sampled
+:class:`SparkArchiveSource` adapts :class:`archive.extractor.Extractor` (at most one Spark job per
+archive request, none for a small one; unflushed events from the recent buffer included; Arrow rows
+become :class:`engine.events.Event`, only those passing a one-event archived pattern's conditions when
+the caller names the pattern) and :class:`archive.stats.ArchiveStats` (counts and sampled
 selectivities for OLLAA). :class:`GrowingDeltaArchive` is the archive of ``lace replay --backend
 spark``: events go through an :class:`archive.writer.ArchiveWriter` as the stream passes, in
 batches, and every read first appends what is still pending, so a request sees every event pushed
@@ -21,6 +22,7 @@ from engine.compiler import CompiledQuery
 from engine.events import MAX_TS_US, MIN_TS_US, Event
 from engine.live_archived.plan import Range
 from engine.live_archived.source import Ranges, normalize_request
+from engine.lql.ast import PatternQuery
 from engine.matcher import Matcher
 
 if TYPE_CHECKING:
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from archive.stats import ArchiveStats
     from archive.writer import ArchiveWriter
 
+Pattern = PatternQuery | CompiledQuery  # an archived side: its syntax tree or its compiled query
 MIN_US = MIN_TS_US  # Spark timestamps start at 0001-01-01
 MAX_US = MAX_TS_US
 EXACT_SELECTIVITY_BELOW = 1_000  # archived events: below this, selectivity is computed exactly here
@@ -93,26 +96,36 @@ class SparkArchiveSource:
         return {name: catalog[name] for name in dict.fromkeys(types) if name in catalog}
 
     def extract(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: Pattern | None = None,
     ) -> list[Event]:
-        """See :meth:`engine.live_archived.source.ArchiveSource.extract`: one Spark job."""
+        """See :meth:`engine.live_archived.source.ArchiveSource.extract`: at most one Spark job.
+
+        ``pattern``: the archived pattern the events are for; when it is one event, only the events that
+        pass its single-event conditions are returned (see :meth:`extract_table`).
+        """
         from archive.schema import output_to_events
 
-        table, keep = self.extract_table(types, keys, ranges, key_attr=key_attr)
+        table, keep = self.extract_table(types, keys, ranges, key_attr=key_attr, pattern=pattern)
         if table is None:
             return []
         events = output_to_events(table)
         return events if keep is None else keep_requested(events, keep, key_attr)
 
     def extract_table(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: Pattern | None = None,
     ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
-        """:meth:`extract` as one Spark job's Arrow table (output shape: ``id, type, ts``, attributes).
+        """:meth:`extract` as one Arrow table (output shape: ``id, type, ts``, attributes).
 
         Returns ``(table, keep)``: ``table`` None when nothing can match; ``keep`` None when every row
         was requested, else the ``{key: ranges}`` the rows must still be filtered by
-        (:func:`keep_requested`; keys Spark could not select by). The service's live-and-archived
+        (:func:`keep_requested`; keys the archive could not select by). The service's live-and-archived
         processes convert the rows themselves (``archive.schema.output_to_events``).
+
+        ``pattern``: the archived pattern (its syntax tree or compiled query). When it is one event, the
+        rows are filtered by what can be translated of its WHERE (:func:`archive.pushdown.single_event_filter`)
+        before any of them becomes a Python object; the rows kept are a superset of its matches.
         """
         if self.before_read is not None:
             self.before_read()
@@ -121,6 +134,12 @@ class SparkArchiveSource:
         if not etypes or not request:
             return None, None
         request = {k: [_clamp(r) for r in rs] for k, rs in request.items()}
+        where = None
+        if pattern is not None:
+            from archive.pushdown import single_event_filter
+
+            ast = pattern.ast if isinstance(pattern, CompiledQuery) else pattern
+            where = single_event_filter(ast, list(etypes.values()))
         keyed = None not in request
         kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
         by_spark = keyed and all(t.key == key_attr for t in etypes.values()) and len(kinds) == 1
@@ -134,11 +153,11 @@ class SparkArchiveSource:
                     typed.setdefault(tk, []).extend(rs)
             if not typed:
                 return None, None
-            return self.extractor.extract(list(etypes), None, typed), None
+            return self.extractor.extract(list(etypes), None, typed, where=where), None
         if not keyed:
-            return self.extractor.extract(list(etypes), None, request[None]), None
+            return self.extractor.extract(list(etypes), None, request[None], where=where), None
         union = [r for rs in request.values() for r in rs]
-        return self.extractor.extract(list(etypes), None, union), request
+        return self.extractor.extract(list(etypes), None, union, where=where), request
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
@@ -278,17 +297,15 @@ class LazyArchiveSource:
     def requests(self) -> int:
         return 0 if self._source is None else self._source.requests
 
-    def extract(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
-    ) -> list[Event]:
-        """See :meth:`SparkArchiveSource.extract`."""
-        return self.get().extract(types, keys, ranges, key_attr=key_attr)
+    def extract(self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, **kw: Any) -> list[Event]:
+        """See :meth:`SparkArchiveSource.extract` (``key_attr``, ``pattern``)."""
+        return self.get().extract(types, keys, ranges, **kw)
 
     def extract_table(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, **kw: Any
     ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
-        """See :meth:`SparkArchiveSource.extract_table`."""
-        return self.get().extract_table(types, keys, ranges, key_attr=key_attr)
+        """See :meth:`SparkArchiveSource.extract_table` (``key_attr``, ``pattern``)."""
+        return self.get().extract_table(types, keys, ranges, **kw)
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None

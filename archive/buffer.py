@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from archive.ranges import Request, in_ranges
+from archive.ranges import Request, request_mask
 from archive.schema import EventType, conform, output_schema, output_to_events, record_to_output
 from engine.events import Event
 
@@ -119,7 +118,7 @@ class RecentBuffer:
                 continue
             etype, table = got
             if request is not None:
-                table = table.filter(pa.array(_mask(etype, table, request)))
+                table = table.filter(pa.array(request_mask(etype, table, request)))
             parts.append(record_to_output(etype, table))
         if not parts:
             return output_schema([]).empty_table()
@@ -144,20 +143,3 @@ class RecentBuffer:
                 return output_to_events(record_to_output(etype, hit.slice(0, 1)))[0]
         return None
 
-
-def _mask(etype: EventType, table: pa.Table, request: Mapping[Hashable, list[tuple[int, int]]]) -> np.ndarray:
-    """Rows of ``table`` in ``request``: by key and by end (``ts_end`` of an interval type, else ``ts``)."""
-    ts = table.column("ts_end" if etype.interval else "ts").cast(pa.int64()).to_numpy()
-    if None in request:
-        return in_ranges(ts, request[None])
-    if etype.key is None:
-        raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
-    keys = table.column(etype.key)
-    out = np.zeros(table.num_rows, dtype=bool)
-    value_set = pa.array(list(request), type=keys.type)
-    slot = pc.fill_null(pc.index_in(keys, value_set=value_set), -1).to_numpy()
-    for i, key in enumerate(request):
-        rows = np.flatnonzero(slot == i)
-        if rows.size:
-            out[rows] = in_ranges(ts[rows], request[key])
-    return out

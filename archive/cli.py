@@ -16,6 +16,7 @@ import typer
 # and delta-rs on every `lace` command, `lace --help` included.
 DEFAULT_RETENTION_HOURS = 168
 DEFAULT_LONGEST_QUERY_S = 3_600
+DEFAULT_ROW_GROUP_ROWS = 16_384
 
 archive_app = typer.Typer(
     name="archive", help="Maintain the Delta archive (compact, vacuum, checkpoint).", no_args_is_help=True
@@ -56,12 +57,15 @@ def compact(
         bool, typer.Option("--z-order/--no-z-order", help="Cluster each day by the type's key.")
     ] = False,
     target_size_kib: Annotated[int | None, typer.Option(help="Target file size, KiB (default delta-rs's).")] = None,
+    row_group_rows: Annotated[
+        int, typer.Option(help="Rows per Parquet row group (their statistics let key lookups skip the others).")
+    ] = DEFAULT_ROW_GROUP_ROWS,
 ) -> None:
     """Compact the small files of closed days (days already compacted and unchanged are skipped)."""
     from archive.maintenance import compact as run
 
     target = None if target_size_kib is None else target_size_kib * 1024
-    _run(run, root, types=type, before=before, z_order=z_order, target_size=target)
+    _run(run, root, types=type, before=before, z_order=z_order, target_size=target, row_group_rows=row_group_rows)
 
 
 @archive_app.command()

@@ -1,10 +1,14 @@
 """The archived-event extractor of 001 section 3.3, on Spark (docs/architecture.md section 7.8).
 
-``extract(types, keys, ranges)`` answers one archive request with **one Spark action**:
+``extract(types, keys, ranges)`` answers one archive request with **at most one Spark action**:
 
 1. the ranges are merged into disjoint intervals per key (:mod:`archive.ranges`);
-2. per type, delta-rs resolves the snapshot's files that may hold a (key, interval)
-   pair (:meth:`archive.reader.ArchiveReader.files`) and Spark scans exactly those;
+2. per type, the snapshot's files that may hold a (key, interval) pair are selected from
+   the Delta log's statistics (:meth:`archive.reader.ArchiveReader.files`). A type whose
+   selected files hold at most ``local_read_bytes`` (``LACE_ARCHIVE_LOCAL_READ_MB``, default
+   64 MiB) is read here with Arrow, without Spark (:meth:`archive.reader.ArchiveReader.read_arrow`):
+   a Spark job's fixed cost (planning, scheduling, code generation: 0.3-1 s of JVM CPU) is
+   most of a small lookup's. The other types go to one Spark job, which scans exactly those files;
 3. the scan is joined with an inline table of ``(key, lo, hi)`` rows, broadcast (a
    range join: ``key = k AND ts >= lo AND ts < hi``), never a long OR chain, which
    costs 10-50x on large tables; coarse ``ts`` bounds and ``key IN (...)`` are added
@@ -21,21 +25,40 @@ Times cross the edges as int microseconds UTC: ``timestamp_micros`` into Spark,
 """
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from archive.buffer import RecentBuffer
+from archive.pushdown import apply_filter
 from archive.ranges import Ranges, Request, hull, make_request
 from archive.reader import ArchiveReader, iso_us
-from archive.schema import EventType, conform, output_schema
+from archive.schema import US_PER_DAY, EventType, conform, output_schema, record_to_output
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+LOCAL_READ_MB = 64  # requests whose files hold at most this many MiB per type are read without Spark
+
+
+def local_read_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """``LACE_ARCHIVE_LOCAL_READ_MB`` (default :data:`LOCAL_READ_MB`) in bytes; 0: every request is a Spark job.
+
+    >>> local_read_bytes_from_env({"LACE_ARCHIVE_LOCAL_READ_MB": "0.5"})
+    524288
+    """
+    env = os.environ if environ is None else environ
+    text = env.get("LACE_ARCHIVE_LOCAL_READ_MB", "").strip()
+    try:
+        mb = float(text) if text else LOCAL_READ_MB
+    except ValueError:
+        raise ValueError(f"LACE_ARCHIVE_LOCAL_READ_MB must be a number of MiB, not {text!r}") from None
+    return max(0, int(mb * (1 << 20)))
 
 
 class Extractor:
@@ -46,11 +69,20 @@ class Extractor:
     reader : ArchiveReader
     buffer : RecentBuffer, optional
         The writer's buffer (``ArchiveWriter.buffer``) when reader and writer share a process.
+    local_read_bytes : int, optional
+        A type whose selected files hold at most this many bytes is read in this process, without
+        Spark (:meth:`archive.reader.ArchiveReader.read_arrow`); larger ones, and tables whose files
+        alone do not hold their rows, are read by the Spark job. 0: always Spark. Default:
+        :func:`local_read_bytes_from_env`.
     """
 
-    def __init__(self, reader: ArchiveReader, *, buffer: RecentBuffer | None = None) -> None:
+    def __init__(
+        self, reader: ArchiveReader, *, buffer: RecentBuffer | None = None, local_read_bytes: int | None = None
+    ) -> None:
         self.reader = reader
         self.buffer = buffer
+        self.local_read_bytes = local_read_bytes_from_env() if local_read_bytes is None else local_read_bytes
+        self.local_reads = 0  # types read without Spark (counted per type and request)
 
     def extract(
         self,
@@ -60,6 +92,7 @@ class Extractor:
         *,
         version: int | dict[str, int] | None = None,
         include_recent: bool | None = None,
+        where: pc.Expression | None = None,
     ) -> pa.Table:
         """Events of ``types`` whose key is in ``keys`` and whose end lies in ``ranges`` (``ts_end`` of an
         interval type, ``ts`` of a point type: the matcher's order, issue 24 item 4).
@@ -79,6 +112,9 @@ class Extractor:
         include_recent : bool, optional
             Add the matching events of the recent buffer; default: only when no version
             is pinned (buffered events are not part of a pinned snapshot).
+        where : pyarrow.compute.Expression, optional
+            Only the rows passing this filter over the output columns (e.g. an archived
+            pattern's single-event conditions, :func:`archive.pushdown.single_event_filter`).
 
         Returns
         -------
@@ -98,13 +134,37 @@ class Extractor:
             # the buffer first, then Delta: a flush commits to Delta before it drops the buffer's rows, so
             # an event flushed between the two reads is in the second one (duplicates are removed below);
             # read the other way round, it would be in neither
-            parts.append(conform(self.buffer.query(names, request), schema))
-        with self.frame(etypes, request, version=version) as df:
-            if df is not None:
-                parts.append(conform(df.toArrow(), schema))
+            parts.append(apply_filter(conform(self.buffer.query(names, request), schema), where))
+        pins = self.reader.pin(names, version)
+        by_spark = []
+        for etype in etypes:
+            if etype.name not in pins:
+                continue  # nothing archived yet
+            if self._read_here(etype, pins[etype.name], request):
+                rows = self.reader.read_arrow(etype.name, version=pins[etype.name], request=request)
+                parts.append(apply_filter(conform(record_to_output(etype, rows), schema), where))
+                self.local_reads += 1
+            else:
+                by_spark.append(etype)
+        if by_spark:
+            with self.frame(by_spark, request, version=pins) as df:
+                if df is not None:
+                    parts.append(apply_filter(conform(df.toArrow(), schema), where))
         if not parts:
             return schema.empty_table()
         return _dedupe_sorted(pa.concat_tables(parts))
+
+    def _read_here(self, etype: EventType, version: int, request: Request) -> bool:
+        """Whether ``etype``'s part of ``request`` is small enough to read without Spark, and readable so."""
+        if self.local_read_bytes <= 0 or not self.reader.readable_file_by_file(etype.name, version=version):
+            return False
+        if None not in request:
+            if etype.key is None:
+                return False  # the Spark path raises the error
+            for key in request:
+                _check_key(key, etype.attributes[etype.key], etype)
+        index = self.reader.file_index(etype.name, version=version)
+        return int(index.sizes[index.select(request)].sum()) <= self.local_read_bytes
 
     @contextmanager
     def frame(
@@ -183,8 +243,13 @@ def _type_sql(
         on = f"{end} >= r.lo AND {end} < r.hi"
         where = "TRUE"
     span = hull(request)
-    if span is not None:  # coarse bounds Parquet can push down to row groups; the join is exact
-        where += f" AND {end} >= timestamp_micros({span[0]}L) AND t.ts < timestamp_micros({span[1]}L)"
+    if span is not None:
+        # coarse bounds Parquet and Delta's data skipping push down to row groups and files; the join is exact.
+        # Widened to whole UTC days: Spark compiles the literals into the code it generates, so bounds that
+        # differ per request cost two new classes each (~85 ms of JVM CPU), where those of days already seen
+        # reuse the compiled code.
+        lo_day, hi_day = span[0] // US_PER_DAY * US_PER_DAY, -(-span[1] // US_PER_DAY) * US_PER_DAY
+        where += f" AND {end} >= timestamp_micros({lo_day}L) AND t.ts < timestamp_micros({hi_day}L)"
         if "date" in present:  # the partition column (UTC date of ts): whole days skipped before any file is opened
             last_day, first_day = iso_us(span[1] - 1), iso_us(span[0])
             if last_day is not None:
@@ -194,8 +259,8 @@ def _type_sql(
     return f"SELECT /*+ BROADCAST(r) */ {', '.join(cols)} FROM {view} t JOIN ({req}) r ON {on} WHERE {where}"
 
 
-def _literal(value: Hashable, kind: str | None, etype: EventType) -> str:
-    """A Spark SQL literal of a key value of attribute type ``kind``."""
+def _check_key(value: Hashable, kind: str | None, etype: EventType) -> None:
+    """Raise ValueError unless ``value`` is a key value of attribute type ``kind``."""
     ok = {
         "string": isinstance(value, str),
         "int": isinstance(value, int) and not isinstance(value, bool),
@@ -205,6 +270,11 @@ def _literal(value: Hashable, kind: str | None, etype: EventType) -> str:
     }.get(kind or "", False)
     if not ok:
         raise ValueError(f"keys of type {etype.name} must be {kind} values ({etype.key}), not {value!r}")
+
+
+def _literal(value: Hashable, kind: str | None, etype: EventType) -> str:
+    """A Spark SQL literal of a key value of attribute type ``kind``."""
+    _check_key(value, kind, etype)
     if kind == "string":
         return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
     if kind == "int":
@@ -229,10 +299,11 @@ def _spark_type(t: pa.DataType) -> str:
 def _dedupe_sorted(table: pa.Table) -> pa.Table:
     """Sort by (ts, id, type) and drop repeated (type, id): an event being flushed is in Delta and the buffer."""
     table = table.sort_by([("ts", "ascending"), ("id", "ascending"), ("type", "ascending")])
-    if table.num_rows < 2:
+    n = table.num_rows
+    if n < 2:
         return table
-    ids = table.column("id").to_numpy()
-    types = np.asarray(table.column("type").to_pylist(), dtype=object)
-    dup = np.zeros(table.num_rows, dtype=bool)
-    dup[1:] = (ids[1:] == ids[:-1]) & (types[1:] == types[:-1])
-    return table.filter(pa.array(~dup)) if dup.any() else table
+    ids, types = table.column("id"), table.column("type")
+    dup = pc.and_(pc.equal(ids.slice(1), ids.slice(0, n - 1)), pc.equal(types.slice(1), types.slice(0, n - 1)))
+    if not pc.any(dup).as_py():
+        return table
+    return table.filter(pa.concat_arrays([pa.array([True]), pc.invert(dup).combine_chunks()]))

@@ -6,8 +6,11 @@ periodically by the service (:func:`maintain`). Every operation is a delta-rs co
 transaction versions live in the snapshot and in checkpoints.
 
 * **compact** rewrites the small files of *closed* days (``date`` before a cutoff,
-  default today UTC) into few large ones, optionally z-ordered by the type's key so
-  file statistics prune key lookups. Days already compacted are remembered
+  default today UTC) into few large ones, optionally z-ordered by the type's key, in
+  Parquet row groups of :data:`DEFAULT_ROW_GROUP_ROWS` rows: with the rows clustered by
+  key, each row group holds a narrow key range, and its statistics let a key lookup skip
+  the others (Arrow and Spark's Parquet reader both do); a small target size cuts a day
+  into files of key ranges, which the Delta log's statistics skip. Days already compacted are remembered
   (``_lace/compacted.json``) and skipped until files are added to them. The files it removes stay on disk until vacuum;
   readers never read them (they read the snapshot's active files).
 * **vacuum** deletes files no longer in the table and older than the retention. A
@@ -30,6 +33,7 @@ from archive.writer import table_names
 
 DEFAULT_RETENTION_HOURS = 168
 DEFAULT_LONGEST_QUERY_S = 3_600
+DEFAULT_ROW_GROUP_ROWS = 16_384  # rows per Parquet row group of compacted files (delta-rs writes ~1M otherwise)
 DONE_FILE = "_lace/compacted.json"  # per type and day: the files a compaction left, so it is not redone
 
 
@@ -55,6 +59,7 @@ def compact(
     before: date | str | None = None,
     z_order: bool = False,
     target_size: int | None = None,
+    row_group_rows: int | None = DEFAULT_ROW_GROUP_ROWS,
 ) -> list[dict[str, Any]]:
     """Compact each closed day (``date < before``, default today UTC) holding more than one file.
 
@@ -71,6 +76,9 @@ def compact(
         Target file size in bytes (delta-rs default otherwise). With ``z_order``, a
         small target splits a day into several key ranges; e.g. 256 KiB for ~100k
         events a day makes ~10 files a day and lets a batched lookup read a tenth.
+    row_group_rows : int, optional
+        Rows per Parquet row group of the files written (None: delta-rs's default, about a million,
+        i.e. one row group per day for most types).
 
     A day already compacted in the same way, with no file added since, is skipped, so a
     periodic run only rewrites the days that changed.
@@ -80,9 +88,10 @@ def compact(
     list of dict
         One per rewritten day: ``type``, ``date``, ``files_removed``, ``files_added``.
     """
-    from deltalake import DeltaTable
+    from deltalake import DeltaTable, WriterProperties
 
     cutoff = str(before) if before is not None else datetime.now(UTC).date().isoformat()
+    props = None if row_group_rows is None else WriterProperties(max_row_group_size=row_group_rows)
     catalog = load_catalog(root)
     done = _load_done(root)
     out = []
@@ -94,18 +103,20 @@ def compact(
         for path in dt.file_uris():
             files_by_day.setdefault(_day_of(path), []).append(path)
         for day, files in sorted(files_by_day.items()):
-            fingerprint = [layout, target_size, sorted(files)]
+            fingerprint = [layout, target_size, row_group_rows, sorted(files)]
             if day >= cutoff or done.get(name, {}).get(day) == fingerprint:
                 continue  # open, or already in this layout with no file added since
             if len(files) <= 1 and layout == "compact":
                 continue
             where = [("date", "=", day)]
             if layout == "z_order":
-                metrics = dt.optimize.z_order([key], partition_filters=where, target_size=target_size)  # type: ignore[list-item]
+                metrics = dt.optimize.z_order(
+                    [key], partition_filters=where, target_size=target_size, writer_properties=props  # type: ignore[list-item]
+                )
             else:
-                metrics = dt.optimize.compact(partition_filters=where, target_size=target_size)
+                metrics = dt.optimize.compact(partition_filters=where, target_size=target_size, writer_properties=props)
             kept = dt.file_uris(file_pruning_predicate=where)
-            done.setdefault(name, {})[day] = [layout, target_size, sorted(kept)]
+            done.setdefault(name, {})[day] = [layout, target_size, row_group_rows, sorted(kept)]
             if metrics.get("numFilesRemoved", 0):
                 out.append(
                     {

@@ -7,8 +7,14 @@ interval of its key, so a range join over a request never duplicates an event.
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from archive.schema import EventType
 
 Range = tuple[int, int]
 Ranges = Sequence[Range] | Mapping[Hashable, Sequence[Range]]
@@ -84,4 +90,41 @@ def in_ranges(ts: np.ndarray, ranges: Sequence[Range]) -> np.ndarray:
     ok = idx >= 0
     out = np.zeros(len(ts), dtype=bool)
     out[ok] = ts[ok] < his[idx[ok]]
+    return out
+
+
+def request_mask(etype: EventType, table: pa.Table, request: Request) -> np.ndarray:
+    """Boolean mask of the rows of a record-shaped ``table`` of ``etype`` in ``request``: by key and by end
+    (``ts_end`` of an interval type, else ``ts``).
+
+    Vectorized over rows: each row's key is looked up once, then compared with the n-th interval of its key
+    for n up to the most intervals a key has (or, when that is more than the keys, key by key).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ts = table.column("ts_end" if etype.interval else "ts").cast(pa.int64()).to_numpy()
+    if None in request:
+        return in_ranges(ts, request[None])
+    if etype.key is None:
+        raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
+    keys = table.column(etype.key)
+    slot = pc.fill_null(pc.index_in(keys, value_set=pa.array(list(request), type=keys.type)), -1).to_numpy()
+    out = np.zeros(table.num_rows, dtype=bool)
+    found = slot >= 0
+    per_key = list(request.values())
+    most = max(len(rs) for rs in per_key)
+    if most > len(per_key):
+        for i, rs in enumerate(per_key):
+            rows = np.flatnonzero(slot == i)
+            if rows.size:
+                out[rows] = in_ranges(ts[rows], rs)
+        return out
+    rows, row_ts, row_slot = np.flatnonzero(found), ts[found], slot[found]
+    hit = np.zeros(rows.size, dtype=bool)
+    for n in range(most):  # the n-th interval of every key (empty where a key has fewer)
+        los = np.array([rs[n][0] if n < len(rs) else 0 for rs in per_key], dtype=np.int64)
+        his = np.array([rs[n][1] if n < len(rs) else 0 for rs in per_key], dtype=np.int64)
+        hit |= (row_ts >= los[row_slot]) & (row_ts < his[row_slot])
+    out[rows] = hit
     return out

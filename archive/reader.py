@@ -1,15 +1,20 @@
-"""Reading the archive's Delta tables through Spark (docs/architecture.md section 7.8, ARCHIVE_NOTES.md).
+"""Reading the archive's Delta tables (docs/architecture.md section 7.8, ARCHIVE_NOTES.md).
 
-Two backends give the same rows:
+Two Spark backends give the same rows:
 
 * ``native``: ``spark.read.format("delta")`` at a pinned version; only when the Delta
   connector is on the classpath (see :mod:`archive.spark`).
-* ``filelist``: delta-rs resolves the pinned snapshot's *active* files, pruned by the
-  ``date`` partition and by min/max ``ts`` statistics, and Spark reads exactly those
-  Parquet files with the Delta schema and ``basePath`` (for the partition column).
-  Reading the table directory instead would also read files that compaction removed.
-  Tables with deletion vectors or column mapping (or any reader feature not known to be
-  safe) are refused: their Parquet files alone do not hold the table's rows.
+* ``filelist``: the pinned snapshot's *active* files (from delta-rs), pruned by the
+  ``date`` partition and by min/max statistics of the end time and the key
+  (:class:`FileIndex`), and Spark reads exactly those Parquet files with the Delta schema
+  and ``basePath`` (for the partition column). Reading the table directory instead would
+  also read files that compaction removed. Tables with deletion vectors or column mapping
+  (or any reader feature not known to be safe) are refused: their Parquet files alone do
+  not hold the table's rows.
+
+and one without Spark, for small requests (issue 25): :meth:`ArchiveReader.read_arrow`
+reads the same pruned files with Arrow in this process, whatever the backend, when the
+version's files alone hold its rows.
 
 Every read is at a snapshot version (:meth:`ArchiveReader.snapshot`), so a caller that
 pins the versions gets repeatable reads.
@@ -19,22 +24,27 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import unquote
 
-from archive.ranges import Range, Request, time_union
-from archive.schema import CATALOG_FILE, EventType, load_catalog
+import numpy as np
+
+from archive.ranges import Range, Request, hull, request_mask, time_union
+from archive.schema import CATALOG_FILE, TS_TYPE, US_PER_DAY, EventType, load_catalog
 from archive.spark import get_spark, native_delta_available
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from deltalake import DeltaTable
     from pyspark.sql import DataFrame, SparkSession
 
 Backend = Literal["auto", "native", "filelist"]
 SAFE_READER_FEATURES = frozenset({"timestampNtz", "v2Checkpoint", "vacuumProtocolCheck"})
-MAX_PRUNING_TERMS = 256  # (key, interval) pairs; beyond, prune by the union of intervals and the key set
+MAX_PAIR_CELLS = 4_000_000  # files x (key, interval) pairs compared one by one when selecting files
 STATS_SLACK_US = 1_000  # ts min/max stats in the Delta log are truncated to milliseconds
 _CACHE_SIZE = 32
 _T = TypeVar("_T")
@@ -57,67 +67,153 @@ def iso_us(us: int) -> str | None:
     return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _time_clause(lo: int, hi: int) -> str | None:
-    """Files that may hold a ts in ``[lo, hi)``: exact on ``date``, min/max stats on ``ts`` (lower bound widened)."""
-    parts = []
-    first, last = iso_us(lo), iso_us(hi - 1)
-    lo_iso, hi_iso = iso_us(lo - STATS_SLACK_US), iso_us(hi)
-    if first is not None:
-        parts.append(f"date >= '{first[:10]}'")
-    if last is not None:
-        parts.append(f"date <= '{last[:10]}'")
-    if lo_iso is not None:
-        parts.append(f"ts >= '{lo_iso}'")
-    if hi_iso is not None:
-        parts.append(f"ts < '{hi_iso}'")
-    return " AND ".join(parts) or None
+@dataclass(frozen=True, slots=True)
+class FileIndex:
+    """The active files of one table version with what pruning needs, from the Delta log's add actions.
 
+    Built once per (table, version) (delta-rs ``get_add_actions``, a few ms) and cached, so selecting the
+    files of a request is a few vectorized comparisons instead of a predicate delta-rs parses and plans
+    again every time (measured: 50-300 ms for a request of 449 keys).
 
-def _time_predicate(intervals: Sequence[Range]) -> str | None:
-    if len(intervals) > MAX_PRUNING_TERMS:
-        intervals = [(intervals[0][0], intervals[-1][1])]
-    clauses = [_time_clause(lo, hi) for lo, hi in intervals]
-    if not clauses or any(c is None for c in clauses):
-        return None  # some interval is unbounded: time prunes nothing
-    return clauses[0] if len(clauses) == 1 else " OR ".join(f"({c})" for c in clauses)
-
-
-def pruning_predicate(request: Request, *, key: str | None = None) -> str | None:
-    """delta-rs file pruning predicate for an archive request (None: every file).
-
-    Keyed requests of up to :data:`MAX_PRUNING_TERMS` (key, interval) pairs prune per
-    pair, so a batch of lookups reads only the files each lookup needs (with files
-    z-ordered by key, their key statistics prune too); larger ones prune by the union
-    of their intervals and the set of keys. ``date`` selects files exactly; ``ts`` is
-    checked against min/max statistics with the lower bound widened by 1 ms, because
-    those statistics are truncated to milliseconds.
-
-    >>> for part in pruning_predicate({None: [(86_400_000_000, 86_400_000_001)]}).split(" AND "):
-    ...     print(part)
-    date >= '1970-01-02'
-    date <= '1970-01-02'
-    ts >= '1970-01-01T23:59:59.999000Z'
-    ts < '1970-01-02T00:00:00.000001Z'
-    >>> pruning_predicate({"a": [(0, 1)], "b": [(5, 6)]}, key="k").count(" OR ")
-    1
+    Attributes
+    ----------
+    paths : list[str]
+        Absolute file paths (what ``DeltaTable.file_uris`` gives).
+    sizes, rows : numpy.ndarray
+        Bytes and records per file.
+    day : numpy.ndarray
+        The ``date`` partition as days since 1970-01-01 (int64).
+    end_min, end_max : numpy.ndarray
+        Min/max statistics of the column requests select by (``ts_end`` of an interval type, else ``ts``)
+        in int microseconds; ``end_max`` already widened by :data:`STATS_SLACK_US` (statistics truncated to
+        milliseconds); files without statistics get the widest bounds.
+    key_min, key_max : numpy.ndarray, optional
+        Min/max statistics of the key attribute (object arrays, None where a file has none); None when the
+        type has no key or its kind is not pruned by (only string, int and float keys are).
     """
-    if None in request or key is None:
-        return _time_predicate(time_union(request))
-    if sum(len(v) for v in request.values()) <= MAX_PRUNING_TERMS:
-        groups = []
-        for k, intervals in request.items():
-            t = _time_predicate(intervals)
-            groups.append(f"({key} = {_sql_literal(k)}" + (f" AND ({t}))" if t else ")"))
-        return " OR ".join(groups)
-    t = _time_predicate(time_union(request))
-    keys = f"{key} IN ({', '.join(_sql_literal(k) for k in request)})"
-    return f"({t}) AND {keys}" if t else keys
+
+    paths: list[str]
+    sizes: np.ndarray
+    rows: np.ndarray
+    day: np.ndarray
+    end_min: np.ndarray
+    end_max: np.ndarray
+    key_min: np.ndarray | None
+    key_max: np.ndarray | None
+    interval: bool
+
+    @classmethod
+    def build(cls, dt: DeltaTable, uri: str, etype: EventType) -> FileIndex:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        actions = pa.table(dt.get_add_actions(flatten=True))
+        n = actions.num_rows
+        names = set(actions.column_names)
+        end = "ts_end" if etype.interval else "ts"
+
+        def micros(column: str, fill: int) -> np.ndarray:
+            if column not in names:
+                return np.full(n, fill, dtype=np.int64)
+            return pc.fill_null(actions.column(column).cast(pa.int64()), fill).to_numpy().astype(np.int64)
+
+        end_max = micros(f"max.{end}", _NO_UPPER - STATS_SLACK_US)
+        days = actions.column("partition.date").cast(pa.date32()).cast(pa.int32()).to_numpy().astype(np.int64)
+        key_min = key_max = None
+        kind = etype.attributes.get(etype.key or "")
+        if kind in _KEY_STATS and f"min.{etype.key}" in names and f"max.{etype.key}" in names:
+            key_min = np.array(actions.column(f"min.{etype.key}").to_pylist(), dtype=object)
+            key_max = np.array(actions.column(f"max.{etype.key}").to_pylist(), dtype=object)
+        root = uri.rstrip("/")
+        return cls(
+            paths=[f"{root}/{unquote(p)}" for p in actions.column("path").to_pylist()],
+            sizes=actions.column("size_bytes").to_numpy().astype(np.int64),
+            rows=pc.fill_null(actions.column("num_records"), -1).to_numpy().astype(np.int64)
+            if "num_records" in names
+            else np.full(n, -1, dtype=np.int64),
+            day=days,
+            end_min=micros(f"min.{end}", _NO_LOWER),
+            end_max=end_max + STATS_SLACK_US,
+            key_min=key_min,
+            key_max=key_max,
+            interval=etype.interval,
+        )
+
+    def select(self, request: Request | None) -> np.ndarray:
+        """Boolean mask of the files that may hold an event of ``request`` (None: every file).
+
+        A file's span is its ``date`` partition's day (an interval event ending in range may start
+        days before: for interval types only the end of the day bounds it) cut by its end statistics.
+        A file is kept when its span meets one of the request's intervals; for a keyed request, an
+        interval of a key that lies within the file's key statistics (pair by pair, up to
+        :data:`MAX_PAIR_CELLS` files x (key, interval) pairs; beyond, the key set and the union of the
+        intervals separately). A superset: the read filters rows exactly.
+        """
+        n = len(self.paths)
+        if not request:
+            return np.ones(n, dtype=bool) if request is None else np.zeros(n, dtype=bool)
+        day_lo = self.day * US_PER_DAY
+        lo = np.maximum(day_lo, self.end_min)
+        hi = self.end_max if self.interval else np.minimum(day_lo + (US_PER_DAY - 1), self.end_max)
+        union = time_union(request)
+        keep = _overlaps(_los(union), _his(union), lo, hi)
+        if None in request or self.key_min is None or self.key_max is None:
+            return keep
+        span = self._key_span(request)
+        if span is None:
+            return keep
+        first, last, keys = span
+        keep &= first < last
+        pairs = [(i, r) for i, k in enumerate(keys) for r in request[k]]
+        if len(pairs) * n > MAX_PAIR_CELLS:
+            return keep
+        slot = np.fromiter((i for i, _ in pairs), dtype=np.int64, count=len(pairs))
+        plo, phi = _los([r for _, r in pairs]), _his([r for _, r in pairs])
+        cells = (slot >= first[:, None]) & (slot < last[:, None]) & (plo <= hi[:, None]) & (phi > lo[:, None])
+        return keep & cells.any(axis=1)
+
+    def _key_span(self, request: Request) -> tuple[np.ndarray, np.ndarray, list[Any]] | None:
+        """Per file, the positions ``[first, last)`` of the requested keys (sorted) its key statistics hold, and the
+        sorted keys; files without key statistics hold them all. None when keys and statistics do not compare."""
+        assert self.key_min is not None and self.key_max is not None
+        try:
+            keys = sorted(request)  # type: ignore[type-var]
+        except TypeError:
+            return None
+        wanted = np.empty(len(keys), dtype=object)
+        wanted[:] = keys
+        first = np.zeros(len(self.paths), dtype=np.int64)
+        last = np.full(len(self.paths), len(keys), dtype=np.int64)
+        known = np.array([a is not None and b is not None for a, b in zip(self.key_min, self.key_max)], dtype=bool)
+        if known.any():
+            try:
+                first[known] = np.searchsorted(wanted, self.key_min[known], side="left")
+                last[known] = np.searchsorted(wanted, self.key_max[known], side="right")
+            except TypeError:  # keys and statistics of different kinds: no pruning by key
+                return None
+        return first, last, keys
 
 
-def _sql_literal(value: Hashable) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "'" + str(value).replace("'", "''") + "'"
-    return repr(value)
+_NO_LOWER = -(1 << 62)
+_NO_UPPER = 1 << 62
+_KEY_STATS = frozenset({"string", "int", "float"})
+
+
+def _los(ranges: Sequence[Range]) -> np.ndarray:
+    return np.fromiter((r[0] for r in ranges), dtype=np.int64, count=len(ranges))
+
+
+def _his(ranges: Sequence[Range]) -> np.ndarray:
+    return np.fromiter((r[1] for r in ranges), dtype=np.int64, count=len(ranges))
+
+
+def _overlaps(los: np.ndarray, his: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per row, whether the closed span ``[lo, hi]`` meets one of the sorted disjoint half-open ``[los, his)``."""
+    j = np.searchsorted(his, lo, side="right")  # the first interval ending after lo
+    ok = j < len(his)
+    out = np.zeros(len(lo), dtype=bool)
+    out[ok] = los[j[ok]] <= hi[ok]
+    return out
 
 
 def check_filelist_readable(dt: DeltaTable, name: str) -> None:
@@ -136,6 +232,16 @@ def check_filelist_readable(dt: DeltaTable, name: str) -> None:
             f"table {name}: reader protocol {proto.min_reader_version} with features {sorted(unknown)} "
             "is not readable file by file; use the native Delta reader"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Version:
+    """What a reader keeps of one table version: the Spark schema, the file index, and why its files cannot be
+    read alone (None: they can)."""
+
+    spark_schema: Any
+    files: FileIndex
+    unreadable: str | None
 
 
 class ArchiveReader:
@@ -166,7 +272,7 @@ class ArchiveReader:
             backend == "auto" and native
         ) else "filelist"
         self._lock = threading.Lock()
-        self._tables: OrderedDict[tuple[str, int], tuple[DeltaTable, Any]] = OrderedDict()
+        self._tables: OrderedDict[tuple[str, int], _Version] = OrderedDict()
         self._frames: OrderedDict[tuple[str, int], DataFrame] = OrderedDict()
         self._types: dict[str, EventType] = {}
         self._types_stamp = -1
@@ -235,26 +341,87 @@ class ArchiveReader:
                 cache.popitem(last=False)
         return value
 
-    def _table(self, name: str, version: int) -> tuple[DeltaTable, Any]:
-        def build() -> tuple[DeltaTable, Any]:
+    def _version(self, name: str, version: int) -> _Version:
+        def build() -> _Version:
             from deltalake import DeltaTable
-            from pyspark.sql.types import StructType
 
-            dt = DeltaTable(self.table_uri(name), version=version)
-            if self.backend == "filelist":
-                check_filelist_readable(dt, name)
-            return dt, StructType.fromJson(json.loads(dt.schema().to_json()))
+            with self._lock:
+                latest = self._latest.get(name)
+                if latest is not None and latest.version() == version:
+                    # the version snapshot() just brought the table to: no second replay of the log (tens of ms
+                    # a version, and the service's archive gets a version every flush); under the lock, which
+                    # snapshot() holds while it moves the table on
+                    return self._describe(name, latest)
+            return self._describe(name, DeltaTable(self.table_uri(name), version=version))
 
         return self._cached(self._tables, (name, version), build)
 
+    def _describe(self, name: str, dt: DeltaTable) -> _Version:
+        from pyspark.sql.types import StructType
+
+        try:
+            check_filelist_readable(dt, name)
+            unreadable = None
+        except UnreadableTableError as exc:
+            if self.backend == "filelist":
+                raise
+            unreadable = str(exc)
+        schema = StructType.fromJson(json.loads(dt.schema().to_json()))
+        # a type's key can be added by a later schema evolution: an index built before only prunes by time
+        index = FileIndex.build(dt, self.table_uri(name), self.types([name])[name])
+        return _Version(schema, index, unreadable)
+
     # ------------------------------------------------------------------ reading
+
+    def file_index(self, name: str, *, version: int) -> FileIndex:
+        """The active files of ``name`` at ``version`` with their statistics (cached per version)."""
+        return self._version(name, version).files
 
     def files(self, name: str, *, version: int, request: Request | None = None) -> list[str]:
         """Active files of ``name`` at ``version`` that may hold events matching ``request`` (None: all)."""
-        dt, _ = self._table(name, version)
+        index = self.file_index(name, version=version)
+        return [p for p, keep in zip(index.paths, index.select(request)) if keep]
+
+    def readable_file_by_file(self, name: str, *, version: int) -> bool:
+        """Whether the version's Parquet files alone hold its rows (no deletion vectors, column mapping, ...)."""
+        return self._version(name, version).unreadable is None
+
+    def read_arrow(self, name: str, *, version: int, request: Request) -> pa.Table:
+        """The rows of ``name`` at ``version`` matching ``request`` exactly, read in this process without Spark.
+
+        delta-rs's add actions select the files (:meth:`FileIndex.select`); Arrow reads them with the
+        request's key set and time hull pushed down to row-group statistics, and the rows are then
+        filtered exactly by key and range (:func:`archive.ranges.request_mask`). Record-shaped, without
+        ``ingested_at`` and ``ingest_seq`` (attributes the version lacks are nulls).
+
+        Raises
+        ------
+        UnreadableTableError
+            When the version's files alone do not hold its rows (read it through Spark instead).
+        """
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        v = self._version(name, version)
+        if v.unreadable is not None:
+            raise UnreadableTableError(v.unreadable)
         etype = self.types([name])[name]
-        predicate = pruning_predicate(request, key=etype.key) if request else None
-        return dt.file_uris(file_pruning_predicate=predicate) if predicate else dt.file_uris()
+        schema = etype.record_schema()
+        schema = schema.remove(schema.get_field_index("ingest_seq")).remove(schema.get_field_index("ingested_at"))
+        paths = [p for p, keep in zip(v.files.paths, v.files.select(request)) if keep]
+        if not paths:
+            return schema.empty_table()
+        end = "ts_end" if etype.interval else "ts"
+        span = hull(request)
+        where = None
+        if span is not None:
+            lo, hi = (pa.scalar(t, pa.int64()).cast(TS_TYPE) for t in span)
+            where = (ds.field(end) >= lo) & (ds.field(end) < hi)
+        if None not in request and etype.key is not None:
+            keys = ds.field(etype.key).isin(pa.array(list(request), type=schema.field(etype.key).type))
+            where = keys if where is None else where & keys
+        table = ds.dataset(paths, schema=schema, format="parquet").to_table(filter=where)
+        return table.filter(pa.array(request_mask(etype, table, request)))
 
     def scan(self, name: str, *, version: int, request: Request | None = None) -> DataFrame:
         """A DataFrame over ``name`` at ``version``: a superset of the rows matching ``request`` (filter it)."""
@@ -267,7 +434,7 @@ class ArchiveReader:
                 (name, version),
                 lambda: self.spark.read.format("delta").option("versionAsOf", version).load(uri),
             )
-        _, schema = self._table(name, version)
+        schema = self._version(name, version).spark_schema
         paths = self.files(name, version=version, request=request)
         if not paths:
             return self.spark.createDataFrame([], schema)

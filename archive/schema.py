@@ -282,7 +282,7 @@ def with_date(table: pa.Table) -> pa.Table:
 def record_to_output(etype: EventType, table: pa.Table) -> pa.Table:
     """A record-shaped table -> output shape (see the module docstring)."""
     n = table.num_rows
-    cols = [table.column("id"), pa.array([etype.name] * n, pa.string()), table.column("ts").cast(pa.int64())]
+    cols = [table.column("id"), pa.repeat(pa.scalar(etype.name, pa.string()), n), table.column("ts").cast(pa.int64())]
     if etype.interval:
         cols.append(table.column("ts_end").cast(pa.int64()))
     for attr, kind in etype.attributes.items():

@@ -23,7 +23,9 @@ Always set: UTC everywhere (``TZ``, ``-Duser.timezone`` for driver and executors
 ``spark.sql.session.timeZone``), no UI, a raised parallel partition discovery
 threshold (explicit file lists), Parquet dictionary filtering off (the main cost
 of key lookups) and adaptive query execution off (it re-plans every small lookup).
-Local masters also bind to 127.0.0.1.
+Local masters also bind to 127.0.0.1 and, with the Delta connector, keep a table
+version's file list in as many partitions as there are cores (Delta's data skipping
+is a Spark job over it in every query).
 """
 from __future__ import annotations
 
@@ -203,6 +205,11 @@ def build_conf(settings: SparkSettings) -> dict[str, str]:
         conf["spark.jars"] = ",".join(delta_jar_paths(settings.delta_jar))
         conf["spark.sql.extensions"] = DELTA_EXTENSION
         conf["spark.sql.catalog.spark_catalog"] = DELTA_CATALOG
+        if settings.master.startswith("local"):
+            # Delta keeps a version's file list (its snapshot state) in this many partitions and filters it with a
+            # Spark job per query (data skipping): 50 by default, i.e. 50 tasks per lookup on a 2-core machine
+            # (measured: a native lookup's JVM CPU 1.6-1.8 s -> 0.9 s with 2)
+            conf["spark.databricks.delta.snapshotPartitions"] = str(os.cpu_count() or 2)
     for key, value in settings.conf.items():
         if key.endswith("extraJavaOptions") and _UTC_JAVA not in value:
             value = f"{value} {_UTC_JAVA}".strip()  # UTC is not negotiable

@@ -283,9 +283,11 @@ class Runner:
         return []
 
     def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:
-        """One archive request for ``P_A``'s types (see :meth:`ArchiveSource.extract`)."""
+        """One archive request for ``P_A``'s types (see :meth:`ArchiveSource.extract`), naming ``P_A``: the
+        source may leave out events that can be in none of its matches."""
         key_attr = self.plan.key.attr if self.plan.key is not None else None
-        events = self.source.extract(self.plan.archived_types, keys, ranges, key_attr=key_attr)
+        events = self.source.extract(self.plan.archived_types, keys, ranges, key_attr=key_attr,
+                                     pattern=self.plan.archived)
         with self.lock:
             self.counters.archive_requests += 1
             self.counters.archived_events_scanned += len(events)

@@ -32,7 +32,8 @@ class ArchiveSource(Protocol):
     """An archive the live-and-archived algorithms can query (001 section 3.3's extractor)."""
 
     def extract(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: CompiledQuery | None = None,
     ) -> list[Event]:
         """Archived events of ``types`` with ``key_attr`` in ``keys`` (None: any key) that end in ``ranges``.
 
@@ -41,6 +42,10 @@ class ArchiveSource(Protocol):
         when given, restricts it). Overlapping ranges are merged, so no event comes twice. Returns the
         events as one request, in the matcher's ``(ts_end, id)`` order (callers sort again if a source
         cannot promise it).
+
+        ``pattern``: the archived pattern (``P_A``) the events are for. A source may leave out events
+        that can be part of none of its matches (the Delta archive drops those failing a one-event
+        pattern's WHERE, ``archive.pushdown``), never one that can; it may also ignore ``pattern``.
         """
         ...
 
@@ -167,9 +172,11 @@ class MemoryArchive:
         return self._index(type_name, key_attr).get(key)
 
     def extract(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: CompiledQuery | None = None,
     ) -> list[Event]:
-        """See :meth:`ArchiveSource.extract`. A key request without ``key_attr`` returns every key."""
+        """See :meth:`ArchiveSource.extract`. A key request without ``key_attr`` returns every key; ``pattern``
+        is ignored (every event in the request is returned)."""
         request = normalize_request(keys, ranges)
         parts: list[list[Event]] = []
         for name in dict.fromkeys(types):

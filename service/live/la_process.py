@@ -7,9 +7,10 @@ child process started with the ``spawn`` context (no fork of a process that hold
 SQLite connections and threads). What stays in the service process:
 
 - **Spark.** The Spark session lives in the service; the child asks for archived events with an
-  ``extract`` message, the service runs the Spark job on its bounded pool (at most
-  ``LACE_LA_LOOKUP_WORKERS`` at once over all queries) and answers with the Arrow table as IPC
-  bytes; the child turns rows into events (``archive.schema.output_to_events``), matches ``P_A`` and
+  ``extract`` message, the service runs the request on its bounded pool (at most
+  ``LACE_LA_LOOKUP_WORKERS`` at once over all queries; a Spark job, or an Arrow read of a small
+  request, with the rows failing a one-event ``P_A``'s WHERE left out) and answers with the Arrow
+  table as IPC bytes; the child turns rows into events (``archive.schema.output_to_events``), matches ``P_A`` and
   joins, on its own CPU. ``count`` and ``selectivity`` (OLLAA's statistics) go the same way.
 - **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
   ``record`` message and waits for the answer: the service commits them with their outbox rows in
@@ -357,8 +358,9 @@ class ProcessWorker:
     def _archive(self, what: str, *args: Any) -> Any:
         started = time.perf_counter()
         if what == "extract":
-            types, keys, ranges, key_attr = args
-            table, keep = self.source.extract_table(types, keys, ranges, key_attr=key_attr)
+            types, keys, ranges, key_attr, archived = args
+            pattern = self.plan.archived if archived else None  # the child's P_A is this plan's
+            table, keep = self.source.extract_table(types, keys, ranges, key_attr=key_attr, pattern=pattern)
             if self.observe is not None:
                 self.observe(time.perf_counter() - started)
             return (_to_ipc(table) if table is not None else None), keep
@@ -391,9 +393,13 @@ class RemoteSource:
         self.plan = plan
 
     def extract(
-        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None
+        self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
+        pattern: Any = None,
     ) -> list[Event]:
-        """One Spark job in the service; the Arrow rows become events here (only the requested keys)."""
+        """One archive request in the service; the Arrow rows become events here (only the requested keys).
+
+        ``pattern``: the plan's archived side, or None (another pattern is not sent: no filter).
+        """
         import pyarrow as pa
 
         from archive.archived_source import keep_requested
@@ -401,7 +407,7 @@ class RemoteSource:
 
         rs: Any = {k: list(v) for k, v in ranges.items()} if isinstance(ranges, dict) else list(ranges)
         data, keep = self.chan.request(
-            "extract", list(types), None if keys is None else list(keys), rs, key_attr
+            "extract", list(types), None if keys is None else list(keys), rs, key_attr, pattern is self.plan.archived
         ).result()
         if data is None:
             return []

@@ -39,13 +39,16 @@ def archive_root(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture(params=["native", "filelist"])
-def reader_backend(request: pytest.FixtureRequest, spark) -> str:
+def reader_backend(request: pytest.FixtureRequest, spark, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both archive readers, for the tests that must give the same rows on each (issue 23).
 
+    Every request of these tests is a Spark job (``LACE_ARCHIVE_LOCAL_READ_MB=0``): small requests would
+    otherwise be read without Spark (``archive.extractor``), which tests of their own compare with both.
     ``native`` skips only outside CI when the connector is missing (the ``spark`` fixture fails CI then).
     """
     from archive.spark import native_delta_available
 
     if request.param == "native" and not native_delta_available(spark):
         pytest.skip("the Delta Spark connector is not on the classpath (run `make delta-jars`, which needs Maven)")
+    monkeypatch.setenv("LACE_ARCHIVE_LOCAL_READ_MB", "0")
     return str(request.param)

@@ -70,6 +70,26 @@ def test_z_order_with_a_small_target_splits_days_into_key_ranges(archive_root):
     assert sorted(read_ids(archive_root, "traffic")) == [e.id for e in events]
 
 
+def test_a_compacted_day_is_in_row_groups_of_key_ranges_that_a_key_lookup_skips(archive_root):
+    import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable
+
+    events = make_events(6_000, seed=43, types=(TRAFFIC,), span_us=DAY_US // 4)
+    with ArchiveWriter(archive_root, types=[TRAFFIC], flush_rows=1_000) as w:
+        w.append(events)
+    compact(archive_root, before="2100-01-01", z_order=True, row_group_rows=500)
+    files = DeltaTable(str(archive_root / "traffic")).file_uris()
+    groups = [pq.ParquetFile(f).metadata.row_group(i) for f in files for i in range(pq.ParquetFile(f).num_row_groups)]
+    assert len(groups) >= 6_000 // 500 and all(g.num_rows <= 500 for g in groups)
+    fragments = [frag for f in files for frag in ds.dataset(f, format="parquet").get_fragments()]
+    read = sum(len(frag.split_by_row_group(ds.field("key") == "s3")) for frag in fragments)
+    assert 0 < read < len(groups) / 3  # statistics skip most row groups for one key of 12
+    assert sorted(read_ids(archive_root, "traffic")) == sorted(e.id for e in events)
+    assert compact(archive_root, before="2100-01-01", z_order=True, row_group_rows=500) == []
+    assert compact(archive_root, before="2100-01-01", z_order=True)  # another row group size: rewritten once
+
+
 def test_vacuum_refuses_a_retention_shorter_than_the_longest_query(filled):
     root, _ = filled
     with pytest.raises(RetentionTooShortError, match="shorter than the longest query"):
@@ -112,3 +132,4 @@ def test_the_cli_loads_without_the_archive_libraries_and_shares_the_defaults():
     assert out.stdout.strip() == "[]"
     assert cli.DEFAULT_RETENTION_HOURS == maintenance.DEFAULT_RETENTION_HOURS
     assert cli.DEFAULT_LONGEST_QUERY_S == maintenance.DEFAULT_LONGEST_QUERY_S
+    assert cli.DEFAULT_ROW_GROUP_ROWS == maintenance.DEFAULT_ROW_GROUP_ROWS

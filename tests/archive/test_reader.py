@@ -7,8 +7,10 @@ import pytest
 
 from archive.extractor import Extractor
 from archive.maintenance import compact, vacuum
-from archive.reader import ArchiveReader, UnreadableTableError, check_filelist_readable, pruning_predicate
+from archive.reader import ArchiveReader, FileIndex, UnreadableTableError, check_filelist_readable
+from archive.schema import EventType
 from archive.writer import ArchiveWriter
+from engine.events import Event
 from tests.archive.archive_data import DAY_US, PARKING, T0_US, TRAFFIC, make_events, python_filter
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration, pytest.mark.slow]  # one Spark start: 10-30 s
@@ -78,14 +80,70 @@ def test_pruning_never_drops_a_file_holding_a_matching_row(spark, archive_root):
     assert reader.files("traffic", version=v, request={"zz": [(last, last + 1)]}) == []  # key statistics prune too
 
 
-def test_pruning_predicate_widens_ts_by_a_millisecond_and_prunes_per_key():
-    p = pruning_predicate({"a": [(DAY_US + 5_000, 2 * DAY_US + 1)], "o'k": [(0, 1)]}, key="key")
-    assert "date >= '1970-01-02'" in p and "date <= '1970-01-03'" in p
-    assert "ts >= '1970-01-02T00:00:00.004000Z'" in p
-    assert p.startswith("(key = 'a' AND (") and " OR (key = 'o''k' AND (" in p
-    many = {f"k{i}": [(i, i + 1)] for i in range(300)}  # too many pairs: the union of times and the key set
-    assert pruning_predicate(many, key="key").endswith("key IN (" + ", ".join(f"'k{i}'" for i in range(300)) + ")")
-    assert pruning_predicate({None: [(-(1 << 62), 1 << 62)]}) is None  # all of time: no bounds at all
+def _index(days, end_min, end_max, key_min, key_max, *, interval=False) -> FileIndex:
+    import numpy as np
+
+    n = len(days)
+    return FileIndex(
+        paths=[f"f{i}" for i in range(n)],
+        sizes=np.ones(n, dtype=np.int64),
+        rows=np.ones(n, dtype=np.int64),
+        day=np.array(days, dtype=np.int64),
+        end_min=np.array(end_min, dtype=np.int64),
+        end_max=np.array(end_max, dtype=np.int64) + 1_000,  # as built: widened by a millisecond
+        key_min=np.array(key_min, dtype=object),
+        key_max=np.array(key_max, dtype=object),
+        interval=interval,
+    )
+
+
+def test_file_selection_by_date_time_statistics_and_keys():
+    index = _index(
+        days=[1, 1, 2, 2],
+        end_min=[DAY_US, DAY_US + 1_000_000, 2 * DAY_US, 2 * DAY_US],
+        end_max=[DAY_US + 999_000, DAY_US + 5_000_000, 2 * DAY_US + 10, 2 * DAY_US + 10],
+        key_min=["a", "a", "a", None],
+        key_max=["c", "c", "b", None],
+    )
+    assert index.select(None).all() and not index.select({}).any()
+    # the max statistic is truncated to the millisecond: an event at +999.5 ms may be in file 0
+    assert index.select({None: [(DAY_US + 999_500, DAY_US + 999_600)]}).tolist() == [True, False, False, False]
+    assert index.select({"b": [(DAY_US, 3 * DAY_US)]}).tolist() == [True, True, True, True]
+    assert index.select({"c": [(DAY_US, 3 * DAY_US)]}).tolist() == [True, True, False, True]  # no key stats: kept
+    assert index.select({"zz": [(DAY_US, 3 * DAY_US)], "0": [(0, 1)]}).tolist() == [False, False, False, True]
+    assert index.select({"a": [(2 * DAY_US + 11 + 1_000, 5 * DAY_US)]}).tolist() == [False] * 4
+    assert index.select({None: [(-(1 << 62), 1 << 62)]}).all()
+    # pair by pair: key a on day 2 and key c on day 1 meet no file holding that key on that day (but file 3,
+    # which has no key statistics); the key set and the time union apart would keep every file
+    crossed = {"a": [(2 * DAY_US, 3 * DAY_US)], "c": [(DAY_US + 2_000_000, DAY_US + 3_000_000)]}
+    assert index.select(crossed).tolist() == [False, True, True, True]
+    crossed["c"] = [(DAY_US + 5_000_000 + 1_001, 2 * DAY_US)]  # after file 1 (max widened by 1 ms)
+    assert index.select(crossed).tolist() == [False, False, True, True]
+
+
+def test_interval_types_select_files_by_their_end_and_any_earlier_day():
+    # file 0 holds an interval starting on day 1 and ending on day 3: a request on day 3 must keep it
+    index = _index(
+        days=[1, 3], end_min=[3 * DAY_US + 5, 3 * DAY_US], end_max=[3 * DAY_US + 5, 3 * DAY_US + 9],
+        key_min=["a", "a"], key_max=["a", "a"], interval=True,
+    )
+    assert index.select({"a": [(3 * DAY_US, 3 * DAY_US + 6)]}).tolist() == [True, True]
+    assert index.select({"a": [(DAY_US, 2 * DAY_US)]}).tolist() == [False, False]  # ends after the range
+    assert index.select({"a": [(4 * DAY_US, 5 * DAY_US)]}).tolist() == [False, False]
+
+
+def test_an_interval_event_that_starts_before_the_range_is_read_by_every_path(spark, archive_root, reader_backend):
+    episode = EventType("episode", {"key": "string"}, key="key", interval=True)
+    second = 1_000_000
+    with ArchiveWriter(archive_root, types=[episode], flush_rows=1) as w:  # one file each, two days apart
+        w.append([Event(1, "episode", T0_US, {"key": "a"}, T0_US + 10 * second)])
+        w.append([Event(2, "episode", T0_US + 2 * DAY_US, {"key": "a"}, T0_US + 2 * DAY_US + 5)])
+    reader = ArchiveReader(archive_root, spark=spark, backend=reader_backend)
+    for local in (0, 1 << 30):
+        ex = Extractor(reader, local_read_bytes=local)
+        for keys in (["a"], None):
+            got = ex.extract("episode", keys, [(T0_US + 5 * second, T0_US + 20 * second)])
+            assert got.column("id").to_pylist() == [1], (local, keys)
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Spark settings: UTC and loopback always, LACE_SPARK_* from the environment, the Delta connector only with its JAR."""
 from __future__ import annotations
 
+import os
 import zipfile
 
 import pytest
@@ -52,7 +53,10 @@ def test_the_delta_connector_is_configured_only_when_the_jar_holds_it(tmp_path):
     assert jar_has_delta(str(jar)) and not jar_has_delta(str(other)) and not jar_has_delta(str(tmp_path / "none.jar"))
     conf = build_conf(SparkSettings(delta_jar=str(jar)))
     assert conf["spark.jars"] == str(jar) and conf["spark.sql.extensions"] == DELTA_EXTENSION
+    assert int(conf["spark.databricks.delta.snapshotPartitions"]) <= (os.cpu_count() or 2)  # not 50 tasks a lookup
     assert "spark.sql.extensions" not in build_conf(SparkSettings(delta_jar=str(other)))
+    cluster = build_conf(SparkSettings(master="spark://h:7077", delta_jar=str(jar)))
+    assert "spark.databricks.delta.snapshotPartitions" not in cluster
 
 
 def test_driver_logs_errors_only_with_the_bundled_log4j_config() -> None:

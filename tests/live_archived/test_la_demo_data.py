@@ -88,3 +88,55 @@ def test_the_four_algorithms_agree_on_the_spark_archive(spark, tmp_path, reader_
             writer.close()
         assert got == want, algorithm
         assert writer.counters["commits"] >= 3  # requests read Delta files and the recent buffer
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.integration
+@pytest.mark.parametrize("local_read_mb", ["0", "64"])  # every request a Spark job; every one read with Arrow
+def test_a_one_event_archived_side_is_filtered_in_the_archive_before_matching(spark, tmp_path, monkeypatch,
+                                                                               local_read_mb):
+    """Issue 25: the Delta archive drops the rows failing a one-event ``P_A``'s WHERE (archive.pushdown), the
+    results are those of the memory archive, which returns every event of the requests."""
+    import random
+
+    from archive.archived_source import GrowingDeltaArchive
+    from archive.writer import ArchiveWriter
+    from cli.replay import infer_event_types
+
+    monkeypatch.setenv("LACE_ARCHIVE_LOCAL_READ_MB", local_read_mb)
+    query = """
+    NAME back_fast
+    LIVE     PATTERN SEQ(pass p) WHERE p.at = 'B'
+    ARCHIVED PATTERN SEQ(pass q) WHERE q.at = 'A' AND q.speed > 0.5 * q.limit PARTITION BY car
+             LOOKBACK 1 hour
+    JOIN     p.car = q.car
+    RETURN   p.car AS car, q.ts AS entered
+    """
+    rng = random.Random(25)
+    t0 = 1_704_067_200_000_000
+    events = [
+        Event(i, "pass", t0 + i * 20_000_000,
+              {"car": rng.randrange(6), "at": rng.choice("AABC"), "speed": rng.uniform(0, 100),
+               "limit": rng.choice([50, 80])})
+        for i in range(1, 241)
+    ]
+    plan = compile_live_archived(query)
+    options = {"tolerance_us": 600_000_000}
+    results, memory = run_memory(plan, "sllaa", events, **options)
+    want = keys(results)
+    assert len(want) > 10
+    writer = ArchiveWriter(tmp_path / "archive", types=infer_event_types(events, "car"), flush_rows=60,
+                           flush_age_s=3_600, fsync=False)
+    archive = GrowingDeltaArchive(writer, batch=30)
+    source = archive.source(spark=spark)
+    runner = make_runner("sllaa", plan, source, **options)
+    try:
+        got = keys(replay(events, runner, archive.append))
+    finally:
+        writer.close()
+    assert got == want
+    assert runner.counters.archive_requests == memory.counters.archive_requests
+    # the memory archive returns every `pass` of the requests; the Delta archive only those that can match
+    assert 0 < runner.counters.archived_events_scanned < memory.counters.archived_events_scanned / 2
+    assert (source.extractor.local_reads > 0) == (local_read_mb != "0")

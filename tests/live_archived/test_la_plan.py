@@ -7,7 +7,7 @@ import pytest
 
 from engine.compiler import compile_query
 from engine.events import Event
-from engine.live_archived import MemoryArchive, compile_live_archived, make_runner, run_memory
+from engine.live_archived import MemoryArchive, compile_live_archived, make_runner, replay, run_memory
 from engine.live_archived.plan import NO_KEY
 from engine.lql.errors import QueryError
 
@@ -241,3 +241,25 @@ def test_memory_archive_selectivity_is_matches_per_event_of_the_pattern_types():
     archive.extend([ev(i, "A", i, v=i % 4) for i in range(1, 101)] + [ev(200, "B", 1)])
     assert archive.selectivity(compile_query("PATTERN A a WHERE a.v = 0"), (0, 200 * S)) == 0.25
     assert archive.selectivity(compile_query("PATTERN A a"), (500 * S, 600 * S)) == 0.0
+
+
+@pytest.mark.parametrize("algorithm", ["alaa", "llaa", "ollaa", "sllaa"])
+def test_every_archive_request_names_the_archived_pattern(algorithm):
+    """Runner.request passes ``P_A`` to the source, which may leave out events none of its matches can hold."""
+
+    class Recording(MemoryArchive):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patterns: list = []
+
+        def extract(self, types, keys, ranges, *, key_attr=None, pattern=None):
+            self.patterns.append(pattern)
+            return super().extract(types, keys, ranges, key_attr=key_attr, pattern=pattern)
+
+    plan = compile_live_archived(SPEEDING)
+    source = Recording()
+    events = [ev(1, "Pass", 0, car="x", checkpoint="A"), ev(2, "Pass", 60, car="x", checkpoint="B")]
+    runner = make_runner(algorithm, plan, source, tolerance_us=0)
+    got = list(replay(events, runner, source.append))
+    assert [r.ids() for r in got] == [{"p": [2], "q": [1]}]
+    assert source.patterns and all(p is plan.archived for p in source.patterns)

@@ -47,3 +47,48 @@ def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
     finally:
         worker.stop()
         pool.shutdown()
+
+
+def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
+    """The service's source gets ``P_A`` with every ``extract`` of the child (it filters a one-event ``P_A``'s
+    rows before they are sent, archive.pushdown); what the source returns is what the child matches."""
+    from archive.schema import EventType, events_to_record, record_to_output
+
+    schemas = {"pass": {"car": "int", "at": "string"}}
+    plan = compile(TEXT, schemas)
+    assert isinstance(plan, LiveArchivedPlan)
+    etype = EventType("pass", {"car": "int", "at": "string"}, key="car")
+    archived = Event(1, "pass", 1_000_000, {"car": 7, "at": "A"})
+
+    class Source:
+        def __init__(self) -> None:
+            self.patterns: list[object] = []
+
+        def extract_table(self, types, keys, ranges, *, key_attr=None, pattern=None):
+            self.patterns.append(pattern)
+            return record_to_output(etype, events_to_record(etype, [archived], ingested_at_us=0)), None
+
+        def count(self, *args, **kw) -> int:
+            return 0
+
+        def selectivity(self, *args) -> float:
+            return 0.0
+
+    source, found = Source(), []
+    spec = ChildSpec(
+        query_id=2, name="a_then_b", ast=plan.ast, schemas=schemas,
+        algorithm="llaa", tolerance_us=0, allowed_lateness_us={}, lateness_us=0,
+    )  # fmt: skip
+    pool = ThreadPoolExecutor(max_workers=1)
+    worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool,
+                           record=lambda q, m: found.extend(m))
+    try:
+        worker.offer([Event(2, "pass", 2_000_000, {"car": 7, "at": "B"})], 3_000_000)
+        deadline = time.monotonic() + 60
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [m.to_json()["events"] for m in found] == [{"p": [2], "q": [1]}]
+        assert source.patterns and all(p is plan.archived for p in source.patterns)
+    finally:
+        worker.stop()
+        pool.shutdown()
