@@ -114,6 +114,8 @@ class Outcome:
     """Why the service was last seen busy while the run waited for it to be quiet."""
     seconds: float = 0.0
     phases: dict[str, float] = field(default_factory=dict)
+    setup_passes: dict[str, int] = field(default_factory=dict)
+    """Per crash point, the passes made while the statements were registered (a traced run only)."""
     post_s: list[float] = field(default_factory=list)
     """Wall seconds of each POST /events."""
     start_s: list[float] = field(default_factory=list)
@@ -286,6 +288,8 @@ class Run:
             with self.svc.client() as c:
                 self.setup(c)
             self.out.phases["set up"] = time.monotonic() - started
+            if "LACE_CRASH_TRACE" in self.svc.env:
+                self.out.setup_passes = trace_counts(Path(self.svc.env["LACE_CRASH_TRACE"]))
             i = 0
             while i < len(self.stream.batches):
                 f = self.pending[0] if self.pending else None
@@ -396,13 +400,18 @@ def trace_counts(path: Path) -> dict[str, int]:
     return best
 
 
-def draw(rng: random.Random, point: str, passes: dict[str, int], stream: Stream) -> Fault:
-    """A seeded fault at ``point``: a pass the fault-free run made, a batch, or a batch after the jump."""
+def draw(
+    rng: random.Random, point: str, passes: dict[str, int], stream: Stream, setup: dict[str, int] | None = None
+) -> Fault:
+    """A seeded fault at ``point``: a pass the fault-free run made after the statements were registered (``setup``:
+    the passes before, plus one for a checkpoint timer that runs later; the harness does not register again after
+    a crash), a batch, or a batch after the jump."""
     if point == "sigterm":
         return Fault(point, rng.randrange(1, len(stream.batches) - 1))
     if point == "jump":
         return Fault(point, rng.randrange(0, 3))
-    return Fault(point, rng.randint(1, max(1, passes.get(point, 1))))
+    lo = (setup or {}).get(point, 0) + 2 if (setup or {}).get(point) else 1
+    return Fault(point, rng.randint(lo, max(lo, passes.get(point, 1))))
 
 
 def one_run(kind: str, tmp: Path, stream: Stream, faults: list[Fault], **kw: Any) -> Outcome:
@@ -457,7 +466,7 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for n in range(args.points):
         point = points[n % len(points)]
-        fault = draw(rng, point, passes, stream)
+        fault = draw(rng, point, passes, stream, clean.setup_passes)
         got = one_run(args.db, base / f"run{n}", stream, [fault])
         runs[point] += 1
         failed_starts[point] += len(got.failed_starts)
