@@ -56,6 +56,8 @@ class SLLAA(Runner):
         self.earliest: int | None = None
         self.subwindows = 0
         self.largest = 0
+        self.closed_idle = 0
+        """Subwindows closed because the query's streams were quiet (:meth:`idle`)."""
 
     def on_time(self) -> list[Match]:
         if self.earliest is not None and self.watermark > self.earliest + self.tolerance_us:
@@ -75,6 +77,12 @@ class SLLAA(Runner):
         return out
 
     def finish(self) -> list[Match]:
+        return self.close()
+
+    def idle(self) -> list[Match]:
+        """The streams are quiet: close the open subwindow now (see :meth:`Runner.idle`)."""
+        if self.sub:
+            self.closed_idle += 1
         return self.close()
 
     def own_deadline(self) -> int | None:
@@ -138,5 +146,6 @@ class SLLAA(Runner):
             "max_batch": self.max_batch,
             "subwindows": self.subwindows,
             "largest_subwindow": self.largest,
+            "closed_idle": self.closed_idle,
         }
         return d
