@@ -179,7 +179,7 @@ class LiveRuntime:
             self.set_type(spec)
             done = [
                 lq for lq in self.queries.values()
-                if (types := lq.compiled.stream_types) and all(t in self.event_time.ended for t in types)
+                if spec.name in (types := lq.compiled.stream_types) and all(t in self.event_time.ended for t in types)
             ]
             pending: dict[str, int] = {}
             for lq in done:
