@@ -16,11 +16,11 @@ What the demo does, all of it over HTTP as a user would (:func:`run_demo`):
 3. posts the streams one after the other, each in event-time order (``POST /events``): its archived
    part (before :data:`SPLITS`), then registers its queries (``POST /queries``; the live-and-archived
    ones with SLLAA and ``--tolerance``) with one webhook each (``POST /webhooks``), then its live part
-   in batches, then one later *sentinel* event of its type (a key that matches nothing) that closes
-   its last windows and SLLAA subwindows. The bars (2013) are older than the traffic (2014): posting
+   in batches, then ends the stream (``POST /event-types/{name}/end``: its watermark moves to the end of
+   time), which closes its last windows and SLLAA subwindows without a fake event or a wait for the
+   service's idle-type rules. The bars (2013) are older than the traffic (2014): posting
    stream by stream keeps every post in time order (whether the service keeps one event-time clock
-   for all types or one per type), the sentinel closes a stream's windows without waiting for the
-   service's idle-type rules, and a query registered after its stream's archived part sees only the live part live
+   for all types or one per type), and a query registered after its stream's archived part sees only the live part live
    (its archived side reads the rest from the service's Delta archive, through the service's Spark,
    which the service starts in the background when the first live-and-archived query is registered);
 4. prints alerts as the receiver gets them (a few per query, the rest counted), waits until every
@@ -67,7 +67,6 @@ from cli.demo_streams import (
     load_queries,
     load_stream,
     plan_streams,
-    sentinel,
     split_stream,
 )
 from engine.events import Event
@@ -93,7 +92,6 @@ __all__ = [
     "percentile",
     "plan_streams",
     "run_demo",
-    "sentinel",
     "split_stream",
 ]
 
@@ -159,8 +157,9 @@ def run_demo(
     Returns
     -------
     dict
-        ``events``, ``archived``, ``live``, ``sentinels`` (event counts); ``alerts`` (per query, the
-        service's ``GET /alerts``), ``delivered`` (per query, deliveries verified by the receiver),
+        ``events``, ``archived``, ``live`` (event counts); ``ended`` (the types whose streams were ended);
+        ``alerts`` (per query, the service's ``GET /alerts``), ``delivered`` (per query, deliveries verified by
+        the receiver),
         ``received`` (per query, the delivered alert bodies), ``archive_requests`` (per
         live-and-archived query), ``webhooks`` (receiver counts: received, verified, refused,
         redelivered), ``latency_ms`` (``p50``, ``p99``, ``n``; and per query), ``live_events_per_s``,
@@ -219,10 +218,10 @@ def _run(
             types = demo.register_types(events)
             console.print(f"event types registered: {', '.join(types)} (inferred from the data, key {KEY!r})")
             columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-            n_sentinels = 0
+            ended: list[str] = []
             with Progress(*columns, console=console, transient=False) as progress:
                 demo.out = progress.console
-                for k, s in enumerate(streams):
+                for s in streams:
                     task = progress.add_task(f"{s.type}: archived part", total=len(s.archived))
                     t = time.perf_counter()
                     for i in range(0, len(s.archived), ARCHIVE_BATCH):
@@ -239,13 +238,13 @@ def _run(
                     t = time.perf_counter()
                     _post_paced(demo, s.live, batch=batch, speed=speed, advance=partial(progress.advance, task))
                     seconds["live"] += time.perf_counter() - t
-                    # a later event closes the stream's last windows and subwindows, unless the next stream does
-                    windows = [q.window_us or 0 for q in queries if s.type in q.types]
-                    ts = s.last_ts + tolerance_us + max(windows, default=0) + DAY_US
-                    if k + 1 == len(streams) or ts < streams[k + 1].first_ts:
-                        keys = {e.attrs.get(KEY) for e in s.archived + s.live}
-                        demo.post_events([sentinel((s.live or s.archived)[-1], ts, last_id - k, keys)])
-                        n_sentinels += 1
+                    # the stream is over: ending it closes its last windows and SLLAA subwindows
+                    closed = demo.end_stream(s.type)
+                    ended.append(s.type)
+                    progress.console.print(
+                        f"ended the {s.type} stream (POST /event-types/{s.type}/end): closes "
+                        f"{', '.join(closed['queries']) or 'no query'}"
+                    )
                 with console.status("waiting for the queries to finish and every alert to be delivered") as status:
                     t = time.perf_counter()
                     alerts = demo.wait_idle(idle_timeout_s, report=status.update)
@@ -261,7 +260,7 @@ def _run(
         service.stop()
         receiver.stop()
     seconds["total"] = time.perf_counter() - t_total
-    return _summary(console, runs, stats, alerts, receiver, seconds, events, archived, live, n_sentinels, tolerance_s)
+    return _summary(console, runs, stats, alerts, receiver, seconds, events, archived, live, ended, tolerance_s)
 
 
 @app.command()

@@ -68,6 +68,17 @@ class _Demo:
             posted[e.id] = at
         self.posts += 1
 
+    def end_stream(self, type_name: str) -> dict[str, Any]:
+        """``POST /event-types/{type_name}/end``: the stream is over, its last windows and subwindows close; returns
+        the answer (``queries`` closed, ``end_ts``, ...).
+
+        Raises
+        ------
+        DemoError
+            When the service refuses it.
+        """
+        return dict(self.request("POST", f"/event-types/{type_name}/end", 200))
+
     def register_types(self, events: Sequence[Event]) -> list[str]:
         from cli.replay import infer_event_types
 

@@ -48,7 +48,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def _summary(
     console: Console, runs: list[QueryRun], stats: dict[str, dict[str, Any]], alerts: dict[str, int], receiver: Any,
-    seconds: dict[str, float], events: list[Event], archived: list[Event], live: list[Event], n_sentinels: int,
+    seconds: dict[str, float], events: list[Event], archived: list[Event], live: list[Event], ended: list[str],
     tolerance_s: float,
 ) -> dict[str, Any]:
     table = Table(title="summary (webhooks: verified deliveries; p50/p99: ingest-to-webhook latency)")
@@ -73,7 +73,8 @@ def _summary(
     rc = receiver.counts
     rate = len(live) / seconds["live"] if seconds["live"] > 0 else 0.0
     console.print(
-        f"events: {len(events):,} ({len(archived):,} archived part, {len(live):,} live part, {n_sentinels} sentinels), "
+        f"events: {len(events):,} ({len(archived):,} archived part, {len(live):,} live part); streams ended: "
+        f"{', '.join(ended) or 'none'} (POST /event-types/{{name}}/end), "
         f"all through POST /events; archive requests: {sum(requests.values()):,} (SLLAA, T_L = {tolerance_s:g} s)"
     )
     console.print(
@@ -90,7 +91,7 @@ def _summary(
         "events": len(events),
         "archived": len(archived),
         "live": len(live),
-        "sentinels": n_sentinels,
+        "ended": list(ended),
         "alerts": alerts,
         "delivered": {r.query.name: len(r.received) for r in runs},
         "received": {r.query.name: r.received for r in runs},

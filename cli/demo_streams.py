@@ -2,8 +2,8 @@
 real streams (``cli/demo_data``, attribution in its README.md), merged in (ts, id) order with unique ids; the
 split of each event type into the part archived up front and the part posted live (:data:`SPLITS`); the demo
 queries (``queries/*.lql``), compiled; the order in which the streams are posted, each with the queries
-registered after its archived part; and the *sentinel* event that closes a stream's last windows. Timestamps are
-int microseconds UTC.
+registered after its archived part (the demo ends each stream with ``POST /event-types/{name}/end``, which
+closes its last windows: no sentinel event). Timestamps are int microseconds UTC.
 """
 from __future__ import annotations
 
@@ -139,19 +139,3 @@ def plan_streams(archived: list[Event], live: list[Event], queries: Sequence[Dem
             raise DemoError(f"query {q.name} reads {', '.join(missing)}, which the data does not have")
         streams[max(order[t] for t in q.types)].queries.append(q)
     return streams
-
-
-def sentinel(template: Event, ts: int, eid: int, keys: set[Any]) -> Event:
-    """An event of ``template``'s type at ``ts`` that matches nothing: a key no event has, other values zeroed."""
-    attrs: dict[str, Any] = {}
-    for name, value in template.attrs.items():
-        if name == KEY:
-            value = "~sentinel~" if isinstance(value, str) else min(k for k in keys if isinstance(k, int | float)) - 1
-        elif isinstance(value, bool):
-            value = False
-        elif isinstance(value, int | float):
-            value = type(value)(0)
-        elif isinstance(value, str):
-            value = ""
-        attrs[name] = value
-    return Event(eid, template.type, ts, attrs)

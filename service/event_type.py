@@ -30,7 +30,7 @@ from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
 from service.live.events import CHECKERS, TypeSpec
 from service.schemas.common import iso
-from service.schemas.resources import EventTypeCreate, EventTypePublic, EventTypeUpdate
+from service.schemas.resources import EventTypeCreate, EventTypeEnd, EventTypePublic, EventTypeUpdate
 
 if TYPE_CHECKING:
     from archive.schema import AttrType, EventType
@@ -48,6 +48,8 @@ def type_spec(row: EventTypeRow) -> TypeSpec:
         bool(row.interval),
         row.max_duration_us,
         bool(row.derived),
+        row.ended_at_us is not None,
+        row.end_ts_us,
     )
 
 
@@ -75,6 +77,8 @@ def public(row: EventTypeRow) -> EventTypePublic:
         interval=bool(row.interval),
         max_duration_ms=None if row.max_duration_us is None else row.max_duration_us / 1_000,
         derived=bool(row.derived),
+        ended_at=None if row.ended_at_us is None else iso(row.ended_at_us),
+        end_ts=None if row.end_ts_us is None else iso(row.end_ts_us),
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
     )
@@ -256,6 +260,41 @@ def update(session: Session, runtime: LiveRuntime, name: str, body: EventTypeUpd
         session.commit()
         runtime.set_type(type_spec(row))
     return row
+
+
+def end(session: Session, runtime: LiveRuntime, name: str) -> EventTypeEnd:
+    """End the stream of type ``name`` (Flink's end of input; docs/operations.md, *Ending a stream*): its
+    watermark becomes the end of time, so every window, SLLAA subwindow and pending live instance of the statements
+    whose every type has ended is closed now (their results are recorded: the rule graph's at once, the
+    live-and-archived queries' when their archive requests answer), and ``POST /events`` refuses its events from now
+    on. Durable: the row records when it ended (``ended_at_us``) and its newest event time (``end_ts_us``, int us
+    UTC); a restart keeps it ended. Ending an ended type again changes nothing (``already_ended``).
+
+    Raises
+    ------
+    ApiError
+        404 on ``path.name``; 409 on ``path.name`` for a derived type (its statements make its events: end their
+        input types).
+    """
+    with runtime.control, runtime.lock:
+        row = get(session, name)
+        if row.derived:
+            reason = f"{name!r} is a derived type (EMIT INTO); end the types its statements read"
+            raise ApiError(409, reason, "path.name")
+        if row.ended_at_us is not None:
+            return EventTypeEnd(
+                name=name, end_ts=None if row.end_ts_us is None else iso(row.end_ts_us), ended_at=iso(row.ended_at_us),
+                already_ended=True, queries=[], results=0, live_archived_pending={},
+            )
+        row.ended_at_us = now_us()
+        row.end_ts_us = runtime.event_time.newest.get(name)
+        row.updated_at_us = row.ended_at_us
+        session.commit()
+        closed = runtime.end_type(type_spec(row))
+    return EventTypeEnd(
+        name=name, end_ts=None if row.end_ts_us is None else iso(row.end_ts_us), ended_at=iso(row.ended_at_us),
+        already_ended=False, queries=closed.queries, results=closed.results, live_archived_pending=closed.pending,
+    )
 
 
 def delete(session: Session, runtime: LiveRuntime, name: str) -> None:

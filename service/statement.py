@@ -284,6 +284,7 @@ def stats(lq: LiveQuery) -> QueryStats:
         ollaa = s.get("ollaa") or {}
         decided = [d for d in ollaa.get("decisions", []) if "sel_live" in d]
         delay = s["delay_ms"]
+        oldest = s.get("oldest_pending") or {}
         la = LiveArchivedStats(
             algorithm=s["algorithm"],
             tolerance_ms=(lq.options.tolerance_us or 0) / 1_000,
@@ -296,6 +297,12 @@ def stats(lq: LiveQuery) -> QueryStats:
             open_subwindows=(1 if s["pending_instances"] else 0) + s["requests_in_flight"],
             requests_in_flight=s["requests_in_flight"],
             backlog_events=s["backlog_events"],
+            backlog_s=s.get("backlog_s", 0.0),
+            requests_waiting=s.get("requests_waiting", 0),
+            oldest_pending_start=None if oldest.get("start_us") is None else iso(oldest["start_us"]),
+            oldest_pending_wait_s=oldest.get("wait_s", 0.0),
+            caught_up=s.get("caught_up", s["backlog_events"] == 0 and s["requests_in_flight"] == 0),
+            subwindows_closed_idle=(s.get("sllaa") or {}).get("closed_idle"),
             delay=Delays(
                 n=delay["n"],
                 event_p50_ms=delay["event"]["p50"],

@@ -194,6 +194,12 @@ class Runner:
         d["pending_instances"] = len(self.waiting())
         return d
 
+    def idle(self) -> list[Match]:
+        """The query's streams are quiet (idle or ended): close what waits only to batch archive requests (SLLAA's
+        open subwindow; its instances are complete and their access ranges archived, so closing it early changes no
+        result). Never completes a live instance or a window: that needs event time (:meth:`advance`)."""
+        return []
+
     def next_deadline(self) -> int | None:
         """The smallest watermark at which :meth:`advance` would emit or close something (None: none)."""
         own = self.own_deadline()

@@ -2,8 +2,10 @@
 
 Completed live instances ``I_i, I_i+1, ...`` are grouped into a subwindow while
 ``|min_k I_k.start - I.end| <= T_L``, the user's tolerated delay: the subwindow closes when the
-watermark passes its earliest start plus ``T_L`` (Lemma 1), or when it holds ``max_batch``
-instances. A closed subwindow makes **one** archive request: the union of its instances' access
+watermark passes its earliest start plus ``T_L`` (Lemma 1), when it holds ``max_batch``
+instances, or when the query's streams are quiet (:meth:`SLLAA.idle`: idle or ended; its instances are
+complete and their ranges archived, so closing early changes no result) or end (``flush``).
+A closed subwindow makes **one** archive request: the union of its instances' access
 ranges, merged, grouped by key. ``P_A`` is matched once over the result and every instance of the
 subwindow is joined with the archived instances that lie in its *own* access range. Every
 instance's whole range is requested, so nothing is lost at subwindow edges.
@@ -56,6 +58,8 @@ class SLLAA(Runner):
         self.earliest: int | None = None
         self.subwindows = 0
         self.largest = 0
+        self.closed_idle = 0
+        """Subwindows closed because the query's streams were quiet (:meth:`idle`)."""
 
     def on_time(self) -> list[Match]:
         if self.earliest is not None and self.watermark > self.earliest + self.tolerance_us:
@@ -75,6 +79,12 @@ class SLLAA(Runner):
         return out
 
     def finish(self) -> list[Match]:
+        return self.close()
+
+    def idle(self) -> list[Match]:
+        """The streams are quiet: close the open subwindow now (see :meth:`Runner.idle`)."""
+        if self.sub:
+            self.closed_idle += 1
         return self.close()
 
     def own_deadline(self) -> int | None:
@@ -138,5 +148,6 @@ class SLLAA(Runner):
             "max_batch": self.max_batch,
             "subwindows": self.subwindows,
             "largest_subwindow": self.largest,
+            "closed_idle": self.closed_idle,
         }
         return d

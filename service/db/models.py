@@ -60,6 +60,10 @@ class EventTypeRow(Base):
     derived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     """Made by EMIT INTO (migration 0011): producers cannot post it, even with no statement emitting it now;
     False: registered with POST /event-types (ingested), EMIT INTO cannot name it."""
+    ended_at_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """When (wall clock, us) its stream was ended by ``POST /event-types/{name}/end`` (migration 0014); None: open."""
+    end_ts_us: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """Its newest event time (us) when it ended (None: open, or it had sent nothing)."""
 
 
 class QueryRow(Base):

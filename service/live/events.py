@@ -196,6 +196,11 @@ class TypeSpec:
         bounds how long a partial match waits on an interval that started long ago (None: no bound).
     derived : bool
         Made by EMIT INTO (issue 24): its events come from the statements only; producers cannot post it.
+    ended : bool
+        Its stream ended (``POST /event-types/{name}/end``): its watermark is the end of time, no event of it
+        is taken again (:class:`service.live.event_time.EventTime`).
+    end_ts_us : int | None
+        Its newest event time when it ended, int microseconds UTC (None: not ended, or it had sent nothing).
     """
 
     name: str
@@ -206,6 +211,8 @@ class TypeSpec:
     interval: bool = False
     max_duration_us: int | None = None
     derived: bool = False
+    ended: bool = False
+    end_ts_us: int | None = None
     checks: list[tuple[str, Callable[[Any], Any]]] = field(init=False)
 
     def __post_init__(self) -> None:

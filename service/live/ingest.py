@@ -2,7 +2,8 @@
 section 2).
 
 One request runs under the runtime's lock, in this order: validate every event (its type's attributes,
-repeated producer ids, derived types refused, lateness against its type's watermark, future skew), drop
+repeated producer ids, derived types refused, ended types refused (``POST /event-types/{name}/end``),
+lateness against its type's watermark, future skew), drop
 what the FILTER rules drop, give the accepted events their positions in the durable ingest order
 (:mod:`service.live.ingest_order`) and make them durable in the archive (WAL fsync), push them to the
 statements that read their types, then commit the alerts with their outbox rows in one transaction. Only
@@ -144,6 +145,14 @@ class Ingest:
                         reason = f"id {eid} was already ingested with different content (type, ts or attributes)"
                         self._reject(res, i, line, "id", reason, "conflict")
                         continue
+                if spec.ended:  # Flink's end of input: nothing of it comes after the end
+                    end = "no event" if spec.end_ts_us is None else f"its newest event at ts {iso(spec.end_ts_us)}"
+                    reason = (
+                        f"late event: the stream of type {spec.name} ended (POST /event-types/{spec.name}/end) after "
+                        f"{end}; an ended type takes no more events"
+                    )
+                    self._reject(res, i, line, "type", reason, "late")
+                    continue
                 top = seen.get(spec.name)
                 watermark = rt.event_time.watermark_of(spec.name, seen)
                 if top is not None and watermark is not None and ts < watermark:

@@ -26,6 +26,7 @@ the service stops it on purpose when it shuts down.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import itertools
 import logging
@@ -207,6 +208,8 @@ class ProcessWorker:
         self.sent = 0
         """Events piped to the child so far."""
         self._unsent_lock = threading.Lock()
+        self._unsent_at: collections.deque[float] = collections.deque()
+        """When each batch not yet piped to the child was offered (wall seconds), oldest first."""
         self._last_stats: dict[str, Any] = {}
         self._answered_sent = 0
         """:attr:`sent` when the child was asked for ``_last_stats`` (the pipe is in order: it had read them)."""
@@ -227,11 +230,14 @@ class ProcessWorker:
 
     # ------------------------------------------------------------------ what the runtime calls
 
-    def offer(self, events: list[Event], watermark_us: int | None) -> None:
-        """Hand over accepted events (already archived) and the query's watermark: a queue append."""
+    def offer(self, events: list[Event], watermark_us: int | None, *, idle: bool = False) -> None:
+        """Hand over accepted events (already archived), the query's watermark and whether its types are all idle
+        or ended (see :meth:`LiveArchivedWorker.offer`): a queue append."""
+        at = time.time()
         with self._unsent_lock:
             self.unsent += len(events)
-        self._outbox.put((events, watermark_us, time.time()))
+            self._unsent_at.append(at)
+        self._outbox.put((events, watermark_us, at, idle))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` (on a thread of the service) once the child has matched everything offered before it."""
@@ -278,7 +284,11 @@ class ProcessWorker:
         d = dict(d)
         with self._unsent_lock:
             waiting = self.unsent + self.sent - self._answered_sent
+            oldest = self._unsent_at[0] if self._unsent_at else None
         d["backlog_events"] = d.get("backlog_events", 0) + waiting
+        if waiting and oldest is not None:
+            d["backlog_s"] = round(max(float(d.get("backlog_s", 0.0)), time.time() - oldest), 3)
+        d["caught_up"] = bool(d.get("caught_up", False)) and d["backlog_events"] == 0
         d["process"] = {"pid": self.proc.pid, "alive": self.proc.is_alive()}
         return d
 
@@ -293,7 +303,8 @@ class ProcessWorker:
             live_matcher=Matcher(self.plan.live).stats(), pending_instances=0,
             delay_ms={"n": 0, "event": zero, "wall": zero}, backlog_events=0, requests_in_flight=0,
             in_flight_instances=0, errors=0, worker_late=0, cpu_s=0.0, requests_merged=0,
-            close_to_commit_ms=zero, requests_answered=0,
+            close_to_commit_ms=zero, requests_answered=0, backlog_s=0.0, requests_waiting=0, caught_up=True,
+            oldest_pending={"start_us": None, "since": None, "wait_s": 0.0},
         )
         return d
 
@@ -312,11 +323,12 @@ class ProcessWorker:
                 if item[0] == "call":
                     self.chan.send(item)
                     continue
-                events, wm, at = item
-                self.chan.send(("events", [(e.id, e.type, e.ts, e.attrs, e.ts_end) for e in events], wm, at))
+                events, wm, at, idle = item
+                self.chan.send(("events", [(e.id, e.type, e.ts, e.attrs, e.ts_end) for e in events], wm, at, idle))
                 with self._unsent_lock:
                     self.unsent -= len(events)
                     self.sent += len(events)
+                    self._unsent_at.popleft()
             except (OSError, ValueError):
                 log.error("live-and-archived query %s: its process is gone", self.name)
                 return
@@ -483,8 +495,8 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
             break  # the service is gone
         kind = msg[0]
         if kind == "events":
-            _, rows, wm, at = msg
-            worker.offer([Event(*r) for r in rows], wm, offered_at=at)
+            _, rows, wm, at, idle = msg
+            worker.offer([Event(*r) for r in rows], wm, offered_at=at, idle=idle)
         elif kind == "reply":
             chan.resolve(msg[1], msg[2], msg[3])
         elif kind == "rpc":

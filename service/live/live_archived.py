@@ -40,6 +40,7 @@ from engine.match import Match
 from engine.matcher import LateEventError
 from engine.plugins.api import PluginError
 from service.core.faults import crash_point
+from service.live.event_time import END_OF_TIME
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,11 @@ class ArchiveLookups:
         self.observe = observe
         self.lock = threading.Lock()
         self.waiting: dict[int, list[ArchiveWork]] = {}
+
+    def waiting_for(self, owner: LiveArchivedWorker) -> int:
+        """Requests of ``owner`` queued, not yet taken by a pool thread."""
+        with self.lock:
+            return len(self.waiting.get(id(owner), ()))
 
     def submit(self, owner: LiveArchivedWorker, work: ArchiveWork) -> None:
         """Queue ``work``; a pool thread answers it (maybe merged), its results go to ``owner.finished``."""
@@ -159,6 +165,10 @@ class LiveArchivedWorker:
         self.runner = make_runner(self._defer)
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.backlog = 0
+        self.offered: collections.deque[float] = collections.deque()
+        """When (wall seconds) each batch still queued was offered, oldest first (``backlog_s``)."""
+        self.ended = False
+        """Every type it reads ended: the runner was flushed (end of input) once."""
         self.in_flight: dict[int, ArchiveWork] = {}
         self.guard = threading.RLock()
         """Held while the runner works (it may wait for Spark there: ALAA, OLLAA's statistics)."""
@@ -186,15 +196,22 @@ class LiveArchivedWorker:
 
     # ------------------------------------------------------------------ called by ingest (under its lock)
 
-    def offer(self, events: list[Event], watermark_us: int | None, *, offered_at: float | None = None) -> None:
+    def offer(
+        self, events: list[Event], watermark_us: int | None, *, offered_at: float | None = None, idle: bool = False
+    ) -> None:
         """Hand over accepted events (already archived) and the query's watermark; never waits.
 
         ``offered_at``: when ingest handed them over (wall seconds, default now), the start of
-        ``close_to_commit_ms`` for the requests they close.
+        ``close_to_commit_ms`` for the requests they close. ``idle``: every type the query reads is idle or
+        ended (the runner closes what only batches requests: ``Runner.idle``). A watermark of
+        :data:`~service.live.event_time.END_OF_TIME` (every type ended) flushes the runner: every live instance
+        completes and every pending one is answered.
         """
+        at = time.time() if offered_at is None else offered_at
         with self.counts:
             self.backlog += len(events)
-        self.queue.put((events, watermark_us, time.time() if offered_at is None else offered_at))
+            self.offered.append(at)
+        self.queue.put((events, watermark_us, at, idle))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the worker's thread once everything offered before it is matched."""
@@ -218,12 +235,13 @@ class LiveArchivedWorker:
             if callable(item):
                 item()
                 continue
-            events, watermark, self._offered_at = item
+            events, watermark, self._offered_at, idle = item
             out: list[Match] = []
             started = time.thread_time()
             if self.failed is not None:  # a plug-in failed before: the query matches no more
                 with self.counts:
                     self.backlog -= len(events)
+                    self.offered.popleft()
                 continue
             try:
                 with self.guard:
@@ -232,10 +250,16 @@ class LiveArchivedWorker:
                             out += runner.push(e)
                         except LateEventError:
                             self.late += 1
-                    if watermark is not None:
+                    if watermark is not None and watermark >= END_OF_TIME:
+                        if not self.ended:  # every type ended: end of input
+                            self.ended = True
+                            out += runner.flush()
+                    elif watermark is not None:
                         due = runner.next_deadline()
                         if due is not None and due <= watermark:
                             out += runner.advance(watermark)
+                    if idle:
+                        out += runner.idle()
             except PluginError as err:
                 self.failed = str(err)
                 log.error("live-and-archived query %s failed and stops matching: %s", self.name, err)
@@ -246,6 +270,7 @@ class LiveArchivedWorker:
                 self._commit(out)
             with self.counts:
                 self.backlog -= len(events)
+                self.offered.popleft()
 
     def _defer(self, work: ArchiveWork) -> None:
         with self.counts:  # called by the runner, on this thread
@@ -303,15 +328,26 @@ class LiveArchivedWorker:
             self.guard.release()
 
     def stats(self) -> dict[str, Any]:
-        """The runner's counters plus the worker's (backlog, requests in flight, delays p50/p99).
+        """The runner's counters plus the worker's: ``backlog_events`` (offered, not yet matched) and ``backlog_s``
+        (wall seconds since the oldest of them was offered: how far behind ingest it is), ``requests_in_flight``
+        (deferred archive requests not answered) of which ``requests_waiting`` wait for a pool thread,
+        ``oldest_pending`` (``start_us``: the earliest start of a live instance waiting for the archive, int us UTC,
+        None when none; ``since``: when it completed or its request was made, wall seconds; ``wait_s``: since then),
+        ``caught_up`` (no backlog, no request in flight: every result due so far is recorded), delays p50/p99.
 
         When the runner is busy (waiting for Spark) for more than 0.2 s, the last counters are returned
         with the worker's current backlog and requests in flight.
         """
+        waiting = self.lookups.waiting_for(self)
+        now = time.time()
         with self.counts:
+            starts = [w.earliest_start_us for w in self.in_flight.values()]
             live = {
                 "backlog_events": self.backlog,
+                "backlog_s": round(max(0.0, now - self.offered[0]), 3) if self.backlog and self.offered else 0.0,
                 "requests_in_flight": len(self.in_flight),
+                "requests_waiting": waiting,
+                "caught_up": self.backlog == 0 and not self.in_flight,
                 "in_flight_instances": sum(len(w.instances) for w in self.in_flight.values()),
                 "errors": self.errors,
                 "worker_late": self.late,
@@ -322,9 +358,22 @@ class LiveArchivedWorker:
                 "requests_answered": len(self.close_to_commit_s),
             }
         if not self.guard.acquire(timeout=0.2):
-            return {**self._last_stats, **live}
+            last = self._last_stats.get("oldest_pending") or {}
+            if last.get("start_us") is not None:
+                starts.append(last["start_us"])
+            return {**self._last_stats, **live, "oldest_pending": _oldest(starts, last.get("since"), now)}
         try:
             d = self.runner.stats()
+            sub = self.runner.waiting()
+            starts += [i.match.start for i in sub]
+            since = None
+            if sub:  # LiveInstance.completed_wall is the runner's clock: turned into wall time here
+                since = now - (self.runner.clock() - min(i.completed_wall for i in sub))
+            with self.counts:
+                if self.in_flight:
+                    closed = min(self.closed_at.get(k, now) for k in self.in_flight)
+                    since = closed if since is None else min(since, closed)
+            d["oldest_pending"] = _oldest(starts, since, now)
             c = self.runner.counters
             with self.runner.lock:
                 if len(c.delay_event_us) > MAX_DELAYS_KEPT:
@@ -337,6 +386,14 @@ class LiveArchivedWorker:
         finally:
             self.guard.release()
         return {**d, **live}
+
+
+def _oldest(starts: list[int], since: float | None, now: float) -> dict[str, Any]:
+    """``stats.oldest_pending``: the earliest start (event time, int us UTC) of a live instance waiting for the
+    archive (open subwindow or request in flight; None: none) and the wall seconds it has waited."""
+    if not starts:
+        return {"start_us": None, "since": None, "wait_s": 0.0}
+    return {"start_us": min(starts), "since": since, "wait_s": round(max(0.0, now - (since or now)), 3)}
 
 
 def _pcts(values: list[float]) -> dict[str, float]:

@@ -48,6 +48,8 @@ class LiveQuery:
     active_since_us: int
     options: RunOptions
     offered_wm: int | None = None
+    offered_idle: bool = False
+    """Its worker was told that every type it reads is idle or ended (told once per quiet spell)."""
     cpu_s: float = 0.0
     """CPU seconds spent matching (live-only; a live-and-archived query's worker keeps its own)."""
     base: dict[str, float] = field(default_factory=dict)

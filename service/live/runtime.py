@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -51,9 +52,19 @@ from service.live.live_query import LiveQuery, RunOptions
 from service.live.outbox import Found, record_alerts
 from service.live.recovery import window_history
 
-__all__ = ["IngestResult", "LiveQuery", "LiveRuntime", "RunOptions"]
+__all__ = ["Ended", "IngestResult", "LiveQuery", "LiveRuntime", "RunOptions"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Ended:
+    """What ending a stream closed (:meth:`LiveRuntime.end_type`): the running statements whose every type has
+    ended, the rule-graph results recorded, and per live-and-archived query its live instances pending then."""
+
+    queries: list[str]
+    results: int
+    pending: dict[str, int]
 
 
 class LiveRuntime:
@@ -149,10 +160,36 @@ class LiveRuntime:
         """Register or replace an event type (call with the lock held when queries are live)."""
         with self.lock:
             self.types[spec.name] = spec
+            if spec.ended:
+                self.event_time.end(spec.name, spec.end_ts_us)
 
     def drop_type(self, name: str) -> None:
         with self.lock:
             self.types.pop(name, None)
+            self.event_time.reopen(name)
+
+    def end_type(self, spec: TypeSpec) -> Ended:
+        """End the stream of ``spec`` (its row records the end: ``spec.ended``; call under :attr:`control`):
+        its watermark becomes the end of time (:class:`~service.live.event_time.EventTime`), the rule graph's
+        statements advance (their results are recorded now) and the live-and-archived workers are offered the
+        new watermark (a worker whose every type has ended answers every pending live instance:
+        ``Runner.flush``). Returns what it closed.
+        """
+        with self.lock:
+            self.set_type(spec)
+            done = [
+                lq for lq in self.queries.values()
+                if spec.name in (types := lq.compiled.stream_types) and all(t in self.event_time.ended for t in types)
+            ]
+            pending: dict[str, int] = {}
+            for lq in done:
+                if lq.worker is not None:
+                    st = lq.worker.stats()
+                    pending[lq.name] = int(st.get("pending_instances", 0))
+            found = self.advance()
+            self.offer([])
+            results = self.save(found) if found else 0
+            return Ended([lq.name for lq in done], results, pending)
 
     def start_query(
         self,
@@ -529,7 +566,9 @@ class LiveRuntime:
         return any(lq.worker is not None for lq in self.queries.values())
 
     def offer(self, events: list[Event]) -> None:
-        """Hand ``events`` (archived already) and the new watermark to every live-and-archived worker."""
+        """Hand ``events`` (archived already) and the new watermark to every live-and-archived worker; a worker
+        whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told so once per quiet spell (``idle``:
+        SLLAA closes its open subwindow)."""
         for lq in self.queries.values():
             w = lq.worker
             if w is None:
@@ -537,9 +576,15 @@ class LiveRuntime:
             types = lq.compiled.stream_types
             mine = [e for e in events if e.type in types]
             wm = self.query_watermark(lq)
-            if mine or (wm is not None and (lq.offered_wm is None or wm > lq.offered_wm)):
+            idle = not mine and self.event_time.idle(types)
+            if (
+                mine
+                or (wm is not None and (lq.offered_wm is None or wm > lq.offered_wm))
+                or (idle and not lq.offered_idle)
+            ):
                 lq.offered_wm = wm
-                w.offer(mine, wm)
+                w.offer(mine, wm, idle=idle)
+            lq.offered_idle = idle
 
     def record_results(self, query_id: int, matches: list[Match]) -> None:
         """Commit a live-and-archived query's results: alerts + outbox in one transaction (any thread).

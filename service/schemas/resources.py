@@ -142,8 +142,33 @@ class EventTypePublic(BaseModel):
         description="Made by EMIT INTO: its events come from statements only (POST /events refuses them, also "
         "while no statement emits it); false: an ingested type, which EMIT INTO cannot name.",
     )
+    ended_at: str | None = Field(
+        None,
+        description="When its stream was ended (POST /event-types/{name}/end), ISO-8601; null: open. An ended "
+        "type takes no more events.",
+    )
+    end_ts: str | None = Field(None, description="Its newest event time when it ended (null: none, or open)")
     created_at: str
     updated_at: str
+
+
+class EventTypeEnd(BaseModel):
+    """What ``POST /event-types/{name}/end`` closed (docs/rest.md, docs/operations.md *Ending a stream*)."""
+
+    name: str
+    end_ts: str | None = Field(description="The type's newest event time, ISO-8601 (null: it had sent nothing)")
+    ended_at: str = Field(description="When the stream was ended (wall clock), ISO-8601")
+    already_ended: bool = Field(description="The stream had ended before this call (nothing changed)")
+    queries: list[str] = Field(
+        description="Running statements whose every type has now ended: their windows, SLLAA subwindows and "
+        "pending live instances are closed"
+    )
+    results: int = Field(description="Results the end completed in the rule graph's statements, recorded as alerts")
+    live_archived_pending: dict[str, int] = Field(
+        description="Per live-and-archived query closed: completed live instances that were waiting in its open "
+        "subwindow (or live window) when the stream ended; the end sends them, and the live instances it completes, "
+        "to the archive; their results are recorded when the requests answer (watch its stats' caught_up)"
+    )
 
 
 # ---------------------------------------------------------------- queries
@@ -282,6 +307,29 @@ class LiveArchivedStats(BaseModel):
     open_subwindows: int = Field(description="Subwindows being filled or answered (archive requests in flight).")
     requests_in_flight: int
     backlog_events: int = Field(description="Events ingested but not yet offered to the query's live matcher.")
+    backlog_s: float = Field(
+        0.0, description="Wall seconds since the oldest of the backlog's events was handed to the query: how far "
+        "behind ingest it is (0 without a backlog)."
+    )
+    requests_waiting: int = Field(
+        0, description="Archive requests of this query waiting for a lookup worker (part of requests_in_flight)."
+    )
+    oldest_pending_start: str | None = Field(
+        None, description="The earliest start (event time, ISO-8601) of a live instance waiting for the archive (in "
+        "the open subwindow or a request in flight); null: none."
+    )
+    oldest_pending_wait_s: float = Field(
+        0.0, description="Wall seconds that oldest pending live instance has waited (since it completed, or since "
+        "its request was made)."
+    )
+    caught_up: bool = Field(
+        True, description="No backlog and no archive request in flight: every result due so far is recorded (live "
+        "instances in the open subwindow wait for T_L, the stream's idleness or its end)."
+    )
+    subwindows_closed_idle: int | None = Field(
+        None, description="SLLAA: subwindows closed because every stream the query reads was idle "
+        "(LACE_IDLE_TIMEOUT_S) or ended."
+    )
     delay: Delays
     ollaa_mode: str | None = Field(None, description="OLLAA: live (live drives) or archive (archive drives).")
     sel_live: float | None = Field(None, description="OLLAA: Sel_PL at the last decision.")

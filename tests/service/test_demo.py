@@ -22,7 +22,6 @@ from cli.demo import (
     load_stream,
     plan_streams,
     run_demo,
-    sentinel,
     split_stream,
 )
 from cli.webhook_receiver import verify_signature
@@ -79,14 +78,6 @@ def test_overlapping_streams_are_refused():
     a = [Event(1, "x", 10, {"key": 1}), Event(2, "y", 20, {"key": 1}), Event(3, "x", 30, {"key": 1})]
     with pytest.raises(DemoError, match="overlap"):
         plan_streams([], a, [])
-
-
-def test_a_sentinel_has_a_key_no_event_has_and_zero_values():
-    bar = Event(5, "bar", 1, {"key": "IBM", "close": 180.5, "volume": 10, "hour": 13})
-    s = sentinel(bar, 99, 7, {"IBM", "AIG"})
-    assert (s.id, s.type, s.ts) == (7, "bar", 99) and s.attrs == {"key": "~sentinel~", "close": 0.0, "volume": 0,
-                                                                  "hour": 0}
-    assert sentinel(Event(1, "t", 1, {"key": 158595, "v": 3}), 9, 8, {158595, 1000}).attrs == {"key": 999, "v": 0}
 
 
 def test_the_receivers_check_is_the_documented_scheme():
@@ -157,7 +148,7 @@ def test_the_demo_through_the_service_alerts_what_the_engine_finds(tmp_path: Pat
     out = buf.getvalue()
     archived, live = split_stream(events)
     assert (result["events"], result["archived"], result["live"]) == (len(events), len(archived), len(live))
-    assert result["sentinels"] == 2
+    assert result["ended"] == ["bar", "traffic"]  # POST /event-types/{name}/end closed the last windows
     assert (tmp_path / "service" / "archive").is_dir() and (tmp_path / "service" / "lace.db").is_file()
 
     for q in load_demo_queries():

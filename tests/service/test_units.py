@@ -138,3 +138,40 @@ def test_an_empty_pm_capacity_means_no_budget(value: str, tmp_path: Path, monkey
     monkeypatch.setenv("LACE_PM_CAPACITY", "0")
     with pytest.raises(ValidationError):
         Settings()
+
+
+def test_an_ended_type_holds_no_set_back_and_a_set_of_ended_types_reaches_the_end_of_time() -> None:
+    from service.live.event_time import END_OF_TIME, EventTime
+
+    et = EventTime(lambda t: 10, idle_timeout_s=3_600)
+    et.observe("a", 1_000)
+    et.observe("b", 2_000)
+    assert et.watermark(["a", "b"]) == 1_000 - 10 - 1
+    assert not et.idle(["a", "b"])
+    et.end("a", 1_000)
+    assert et.watermark(["a", "b"]) == 2_000 - 10 - 1  # a no longer holds b back
+    assert et.watermark(["a"]) == END_OF_TIME  # every window of a statement reading only a closes
+    assert et.idle(["a"]) and not et.idle(["a", "b"])
+    assert et.furthest() == 2_000 - 10 - 1  # the rule graph's clock does not jump to the end of time
+    et.reopen("a")
+    assert et.watermark(["a"]) == 1_000 - 10 - 1
+
+
+def test_an_idle_sllaa_closes_its_open_subwindow_and_only_that() -> None:
+    from engine.events import Event
+    from engine.live_archived.plan import compile_live_archived
+    from engine.live_archived.runner import make_runner
+    from engine.live_archived.source import MemoryArchive
+
+    plan = compile_live_archived(
+        "LIVE PATTERN Pass p WHERE p.at = 'B' ARCHIVED PATTERN Pass q WHERE q.at = 'A' PARTITION BY car "
+        "LOOKBACK 20 min JOIN p.car = q.car RETURN p.car AS car")
+    archive = MemoryArchive()
+    runner = make_runner("sllaa", plan, archive, tolerance_us=86_400_000_000)
+    for e in (Event(1, "Pass", 0, {"car": 7, "at": "A"}), Event(2, "Pass", 60_000_000, {"car": 7, "at": "B"})):
+        archive.append(e)
+        assert runner.push(e) == []
+    assert len(runner.waiting()) == 1  # T_L = 1 day: the subwindow waits
+    assert [r.ids() for r in runner.idle()] == [{"p": [2], "q": [1]}]
+    assert runner.waiting() == [] and runner.idle() == []
+    assert runner.stats()["sllaa"]["closed_idle"] == 1

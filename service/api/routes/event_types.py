@@ -1,4 +1,4 @@
-"""Event types: ``/event-types`` (create, list, get, add attributes or change lateness, delete)."""
+"""Event types: ``/event-types`` (create, list, get, add attributes or change lateness, end the stream, delete)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from service import event_type
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
 from service.schemas.common import ERRORS, Name
-from service.schemas.resources import EventTypeCreate, EventTypePublic, EventTypeUpdate
+from service.schemas.resources import EventTypeCreate, EventTypeEnd, EventTypePublic, EventTypeUpdate
 
 router = APIRouter(prefix="/event-types", tags=["event types"], responses=ERRORS)  # type: ignore[arg-type]
 
@@ -37,3 +37,12 @@ def update_event_type(
 def delete_event_type(name: Name, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> Response:
     event_type.delete(session, runtime, name)
     return Response(status_code=204)
+
+
+@router.post(
+    "/{name}/end",
+    summary="End a stream: its watermark moves to the end of time; its last windows and subwindows close; "
+    "no more events of it are taken",
+)
+def end_event_type(name: Name, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> EventTypeEnd:
+    return event_type.end(session, runtime, name)
