@@ -6,7 +6,7 @@ version, through the file-list reader (:class:`archive.reader.ArchiveReader`,
 reach Python, ARCHIVE_NOTES.md pitfall 8).
 
 **Live query** (``PATTERN ...``): the events of the query's types in ``[from - span, to + span)``
-(``span``: the query's WITHIN, see :func:`engine.live_archived.plan.live_span_us`; the whole archive
+(``span``: the query's WITHIN, see :attr:`engine.compiler.CompiledQuery.match_span_us`; the whole archive
 when unbounded) are repartitioned by the partition key (one group without PARTITION BY) and
 ``groupBy(key).applyInArrow`` runs, per key group, the SAME :class:`engine.matcher.Matcher` over the
 group's events sorted by ``(ts, id)``. The matches whose start lies in ``[from, to)`` are the result:
@@ -51,7 +51,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -215,13 +215,9 @@ class _Job:
 
 def _read_range(compiled: LiveStatement, from_us: int, to_us: int) -> tuple[int, int]:
     """The events to read for the matches of ``compiled`` that start in ``[from_us, to_us)``: one span
-    (:func:`engine.live_archived.plan.live_span_us`) on each side, everything when unbounded."""
-    from engine.intervals.derive import IntervalStatement
-    from engine.live_archived.plan import live_span_us
-
-    if isinstance(compiled, IntervalStatement):  # a run has no bound on its length
-        return MIN_US, MAX_US
-    span = live_span_us(compiled)
+    (what the statement declares, ``match_span_us``: an INTERVAL statement's runs have no bound) on each side,
+    everything when unbounded."""
+    span = compiled.match_span_us
     return (MIN_US, MAX_US) if span is None else (from_us - span, to_us + span)
 
 
@@ -324,10 +320,7 @@ def run_backfill(
     BackfillError
         For a bad query or range, an unknown event type, a cancelled or failed job.
     """
-    from engine.compiler import CompiledQuery
     from engine.detector import compile_statement
-    from engine.intervals.derive import IntervalStatement
-    from engine.live_archived.plan import LiveArchivedPlan as Plan
     from engine.lql.errors import QueryError
 
     t0 = time.perf_counter()
@@ -335,12 +328,12 @@ def run_backfill(
         raise BackfillError(f"empty range: --to ({to_us}) must be after --from ({from_us})")
     try:
         statement = compile_statement(query_text)
-        if not isinstance(statement, (Plan, CompiledQuery, IntervalStatement)):
+        if not statement.backfills:  # what its class declares
             reason = "backfills run pattern queries and INTERVAL statements; FILTER and AGGREGATE run live"
             raise BackfillError(reason)
-        # a live-and-archived query needs a second side and a join in Spark
-        plan: LiveArchivedPlan | None = statement if isinstance(statement, Plan) else None
-        compiled = None if isinstance(statement, Plan) else statement
+        # a live-and-archived query (it reads the archive) needs a second side and a join in Spark
+        plan = cast("LiveArchivedPlan", statement) if statement.reads_archive else None
+        compiled = None if statement.reads_archive else cast("LiveStatement", statement)
         name, wanted = statement.name, sorted(statement.stream_types)
     except QueryError as e:
         raise BackfillError(f"bad query: line {e.line}, column {e.column}: {e.reason}") from None

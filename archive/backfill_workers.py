@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -64,13 +64,10 @@ def _side(query_text: str, side: str | None) -> tuple[LiveStatement, Callable[[A
 
     if side is None:
         from engine.detector import compile_statement
-        from engine.live_archived.plan import LiveArchivedPlan
-        from engine.rules.filters import CompiledFilter
-        from engine.rules.statements import AggregateStatement
 
         statement = compile_statement(query_text)  # a pattern query, or INTERVAL (issue 15)
-        assert not isinstance(statement, LiveArchivedPlan | CompiledFilter | AggregateStatement)  # run_backfill checked
-        return statement, lambda m: (None, match_line(m))
+        assert statement.backfills and not statement.reads_archive  # run_backfill checked
+        return cast("LiveStatement", statement), lambda m: (None, match_line(m))
     from engine.live_archived.plan import NO_KEY
 
     plan = _plan(query_text)
@@ -104,13 +101,12 @@ def _instances_fn(
     """
 
     def run(table: pa.Table) -> pa.Table:
+        from engine.detector import make_detector
         from engine.events import Event
-        from engine.intervals.derive import IntervalStatement
-        from engine.matcher import Matcher
 
         compiled, encode = _side(query_text, side)
-        # INTERVAL (issue 15): its deriver, as live (a key group holds whole runs: the statement is per key)
-        matcher = compiled.make_detector(0) if isinstance(compiled, IntervalStatement) else Matcher(compiled)
+        # what runs it live: a Matcher, or an INTERVAL statement's deriver (issue 15; a key group holds whole runs)
+        matcher = make_detector(compiled)
         if "ts_end" in table.column_names:  # interval types (issue 15): the matcher's order is (ts_end, id)
             ends = pc.coalesce(table.column("ts_end"), table.column("ts"))
             table = table.set_column(table.column_names.index("ts_end"), "ts_end", ends)

@@ -119,21 +119,17 @@ def match(
         store_cm = open_pm_store(pm_store or "", fail)
     with store_cm as store:
 
-        def make_matcher(q: Any, query_id: str | None = None) -> Matcher:
-            return Matcher(
-                q,
-                storage=storage.value,
-                allowed_lateness_us=lateness_us,
-                pm_capacity=pm_capacity,
-                pm_policy=pm_policy.value,
-                pm_store=store,
-                pm_query_id=query_id,
-            )
-
+        options: dict[str, Any] = {
+            "storage": storage.value,
+            "allowed_lateness_us": lateness_us,
+            "pm_capacity": pm_capacity,
+            "pm_policy": pm_policy.value,
+            "pm_store": store,
+        }
         if compiled is not None:
-            runner: Any = make_matcher(compiled)
+            runner: Any = Matcher(compiled, **options, pm_query_id=None)
         else:
-            runner = _graph_run(statements, strategy.value if strategy else None, lateness_us, make_matcher)
+            runner = _graph_run(statements, strategy.value if strategy else None, lateness_us, options)
         _run_match(runner, events, ts_unit, sort, out, stats, format.value, column_types)
 
 
@@ -170,17 +166,20 @@ class _GraphRun:
         return {"statements": self.graph.stats(), "filtered": self.dropped}
 
 
-def _graph_run(statements: list[tuple[Path, Any]], strategy: str | None, lateness_us: int, make_matcher: Any) -> Any:
-    from engine.compiler import CompiledQuery
-    from engine.detector import compile_statement
+def _graph_run(
+    statements: list[tuple[Path, Any]], strategy: str | None, lateness_us: int, options: dict[str, Any]
+) -> Any:
+    from engine.detector import compile_statement, detector_for
     from engine.lql.errors import QueryError
-    from engine.rules.graph import RuleGraph, default_factory
+    from engine.rules.graph import RuleGraph
     from engine.rules.index import RuleIndex
 
     def factory(statement: Any) -> Any:
-        if isinstance(statement, CompiledQuery):
-            return make_matcher(statement, statement.name)
-        return default_factory(statement, lateness_us)
+        """What runs a statement here: :func:`engine.detector.detector_for` with ``lace match``'s options (a
+        pattern's partial matches spill under its name); a statement that reads the archive cannot run here."""
+        if statement.reads_archive:  # what its class declares
+            raise TypeError("a live-and-archived statement needs the archive")
+        return detector_for(statement, pm_query_id=statement.name, **options)
 
     graph = RuleGraph(factory=factory, allowed_lateness_us=lateness_us, router=RuleIndex())
     graph.report_derived = True

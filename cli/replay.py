@@ -38,11 +38,10 @@ from cli.app import (
     read_text,
     silence_stdout,
 )
-from engine.detector import DEFAULT_TOLERANCE_US, is_live_archived, make_detector
+from engine.detector import DEFAULT_TOLERANCE_US, make_detector
 from engine.detector import compile as compile_statement
 from engine.events import Event
 from engine.io import EventFileError, iter_event_rows, match_line
-from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import ArchiveSource, MemoryArchive
 from engine.lql.parser import parse
 from engine.match import Match
@@ -139,8 +138,7 @@ def run_replay(
         memory = MemoryArchive()
         source, append = memory, memory.append
     else:
-        key = statement.key if isinstance(statement, LiveArchivedPlan) else None
-        growing = _open_writer(options, ordered, key.attr if key is not None else None)
+        growing = _open_writer(options, ordered, statement.archive_key_attr)  # what its archive requests select by
         source, append = growing.source(), growing.append
     try:
         detector = make_detector(
@@ -173,11 +171,11 @@ def run_replay(
             growing.writer.close()
     counters = detector.stats()
     stats: dict[str, Any] = {"query": statement.name}
-    stats.update(counters if is_live_archived(statement) else {"algorithm": None, "live_matcher": counters})
+    stats.update(counters if statement.reads_archive else {"algorithm": None, "live_matcher": counters})
     stats.update(results=n, late_events=late)
     if growing is not None:
         stats["archive"] = growing.writer.stats()
-        if is_live_archived(statement):
+        if statement.reads_archive:
             stats["extractor_calls"] = getattr(source, "requests", None)
     stats.update(backend=options.backend, events_read=len(events), elapsed_s=round(time.perf_counter() - started, 6))
     return stats

@@ -74,6 +74,32 @@ class CompiledQuery:
     """The statement kind (``queries.kind``; every statement class declares it, callers never test its class)."""
     reads_archive = False
     """Whether it reads the archive as it runs (only a live-and-archived query does)."""
+    backfills = True
+    """Whether a backfill (``lace backfill``, ``POST /backfills``) runs it over archived history (pattern queries,
+    live-and-archived ones and INTERVAL statements; FILTER and AGGREGATE run live only)."""
+    chooses_plan = True
+    """Whether its plan may be chosen (``PLAN``, ``plan_trial``, a plan switch, a stored ``plan_choice``; issue 16,
+    004): only a live pattern query's (the sides of a live-and-archived query run as written)."""
+    emits_intervals = False
+    """Whether the events it derives (EMIT INTO) are interval events (only an INTERVAL statement's are)."""
+    archive_key_attr = None
+    """The attribute its archive requests select by (only a live-and-archived query reads the archive)."""
+
+    @property
+    def patterns(self) -> tuple[CompiledQuery, ...]:
+        """The pattern queries it matches (its partial matches are theirs; ``pm_capacity`` and the query limits
+        apply to them): itself."""
+        return (self,)
+
+    @property
+    def match_span_us(self) -> int | None:
+        """Largest ``end - start`` of a match (and trailing-negation wait), int us; None: unbounded. A backfill
+        reads this much before and after its range (:mod:`archive.backfill`)."""
+        if self.window_us is not None:
+            return self.window_us
+        if all(len(p.slots) == 1 and not p.slots[0].kleene and not p.trailing for p in self.plans):
+            return 0
+        return None
 
     @property
     def emit_into(self) -> str | None:

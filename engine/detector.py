@@ -237,7 +237,8 @@ def detector_for(statement: Statement | RuleStatement, **options: Any) -> Detect
 
 
 def is_live_archived(statement: Statement | RuleStatement) -> bool:
-    """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query): what its class declares."""
+    """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query): what its class declares,
+    ``statement.reads_archive``, which callers read directly (this stays for the demo, ``cli/demo_streams.py``)."""
     return statement.reads_archive
 
 

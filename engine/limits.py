@@ -7,11 +7,14 @@ events, and a window of 10^8 days made every restart replay the whole archive.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from engine.compiler import CompiledQuery
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.lql.ast import components
 from engine.lql.errors import QueryError
+
+if TYPE_CHECKING:
+    from engine.detector import RuleStatement, Statement
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +44,16 @@ def _days(us: int) -> str:
     return f"{us / 86_400_000_000:g} days"
 
 
-def check_limits(statement: CompiledQuery | LiveArchivedPlan, limits: QueryLimits) -> None:
-    """Refuse ``statement`` when it exceeds ``limits``.
+def check_limits(statement: Statement | RuleStatement, limits: QueryLimits) -> None:
+    """Refuse ``statement`` when it exceeds ``limits``: the limits apply to the patterns it declares
+    (``statement.patterns``: none for FILTER, AGGREGATE and INTERVAL statements) and to LOOKBACK.
 
     Raises
     ------
     QueryError
         At the pattern (too many components), WITHIN or LOOKBACK, with the limit and the setting.
     """
-    sides = [statement.live, statement.archived] if isinstance(statement, LiveArchivedPlan) else [statement]
+    sides = statement.patterns
     if limits.max_components is not None:
         n = sum(len(components(side.ast.pattern)) for side in sides)
         if n > limits.max_components:

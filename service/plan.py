@@ -8,7 +8,7 @@ status, naming the request field; times in a request are ISO-8601 or epoch ms, i
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.orm import Session
 
@@ -79,9 +79,9 @@ def trial_for(
     """
     if body.plan_trial is None:
         return compiled, None
-    if not isinstance(compiled, CompiledQuery):
+    if not compiled.chooses_plan:  # what its class declares: only a live pattern query's plan is chosen
         raise ApiError(422, "plan_trial applies to live pattern queries (PATTERN ...) only", "body.plan_trial")
-    trial, chosen = run_trial(body.plan_trial, runtime, compiled, "body.plan_trial")
+    trial, chosen = run_trial(body.plan_trial, runtime, cast(CompiledQuery, compiled), "body.plan_trial")
     return chosen, trial["choice"]
 
 
@@ -101,9 +101,10 @@ def switch(session: Session, runtime: LiveRuntime, query_id: int, body: PlanSwit
     from engine.nfa.plan_trial import compile_chosen
 
     text = get(session, query_id).text
-    compiled = compile_text(text, runtime)
-    if not isinstance(compiled, CompiledQuery):
+    statement = compile_text(text, runtime)
+    if not statement.chooses_plan:
         raise ApiError(422, "a plan switch applies to live pattern queries (PATTERN ...) only", "body")
+    compiled = cast(CompiledQuery, statement)
     choice: dict[str, Any] | None
     if body.plan_trial is not None:
         trial, chosen = run_trial(body.plan_trial, runtime, compiled, "body.plan_trial")

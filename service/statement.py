@@ -23,18 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from archive.schema import SchemaError
 from engine.compiler import CompiledQuery
-from engine.detector import RuleStatement, Statement, compile_statement, is_live_archived
+from engine.detector import RuleStatement, Statement, compile_statement
 from engine.durations import parse_duration_us
-from engine.intervals.derive import IntervalStatement
 from engine.limits import check_limits
-from engine.live_archived.plan import LiveArchivedPlan
 from engine.lql.ast import Schema
 from engine.lql.errors import QueryError
 from engine.rules.derived import derived_schema
@@ -85,24 +83,23 @@ def compile_text(text: str, runtime: LiveRuntime) -> AnyStatement:
     """
     with lql_errors():
         statement = compile_statement(text, runtime.schemas())
-        if isinstance(statement, (CompiledQuery, type(None))) or is_live_archived(statement):
-            check_limits(statement, runtime.limits)  # type: ignore[arg-type]
+        check_limits(statement, runtime.limits)  # on the patterns it declares
         return statement
 
 
 def as_chosen(row: QueryRow, compiled: AnyStatement, schemas: Schema) -> AnyStatement:
     """``compiled`` (``row``'s text) compiled again as its plan trial chose (``row.plan_choice``, issue 16) when
-    it has a choice and is a pattern query; else ``compiled`` itself.
+    it has a choice and its plan may be chosen (``chooses_plan``: a live pattern query); else ``compiled`` itself.
 
     Raises
     ------
     engine.lql.errors.QueryError
         When the stored choice no longer compiles.
     """
-    if row.plan_choice and isinstance(compiled, CompiledQuery):
+    if row.plan_choice and compiled.chooses_plan:
         from engine.nfa.plan_trial import compile_chosen
 
-        return compile_chosen(compiled.ast, schemas, row.plan_choice)
+        return compile_chosen(cast(CompiledQuery, compiled).ast, schemas, row.plan_choice)
     return compiled
 
 
@@ -124,9 +121,8 @@ def kind_of(statement: AnyStatement) -> str:
 
 
 def window_us(statement: AnyStatement) -> int | None:
-    """WITHIN of a live-only query; the live side's WITHIN of a live-and-archived one; a window's size (us)."""
-    if isinstance(statement, LiveArchivedPlan):
-        return statement.live.window_us
+    """WITHIN of a live-only query; the live side's WITHIN of a live-and-archived one; a window's size (us): what
+    the statement declares (``window_us``)."""
     return statement.window_us
 
 
@@ -144,8 +140,8 @@ def apply_options(row: QueryRow, body: QueryOptions, statement: AnyStatement, ru
         422 on ``body.<option>`` when an option does not fit the statement's kind or ``tolerance`` is no
         duration; 422 on ``body.text`` for a live-and-archived query with the archive off.
     """
-    live_archived = is_live_archived(statement)
-    if not isinstance(statement, CompiledQuery) and not live_archived:
+    live_archived = statement.reads_archive  # what its class declares
+    if not statement.patterns:  # no pattern, no partial matches
         for name in ("pm_capacity", "pm_policy"):
             if getattr(body, name) is not None:
                 reason = f"{name} applies to pattern queries (PATTERN, LIVE ... ARCHIVED ...)"
@@ -204,7 +200,7 @@ def check_flow(session: Session, runtime: LiveRuntime, compiled: AnyStatement, q
     if emit is None:
         return
     tree = statement_ast(compiled)
-    interval = isinstance(compiled, IntervalStatement)  # issue 15: its derived events are interval events
+    interval = compiled.emits_intervals  # issue 15: an INTERVAL statement's derived events are interval events
     others = runtime.emitters.get(emit, set()) - ({query_id} if query_id is not None else set())
     schema = derived_schema(tree, runtime.schemas())
     existing = session.get(EventTypeRow, emit)
@@ -257,7 +253,7 @@ def check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> None
     """
     if state != "warm":
         return
-    if is_live_archived(compiled):
+    if compiled.reads_archive:
         reason = (
             "state=warm does not apply to a LIVE ... ARCHIVED query: its ARCHIVED side reads the archive for "
             "every live instance, and its live side matches the events ingested after it starts; register it "
@@ -280,7 +276,7 @@ def stats(lq: LiveQuery) -> QueryStats:
     s = lq.stats()
     m = s.get("live_matcher", s)  # a live-and-archived runner nests its live matcher's counters
     la = None
-    if lq.live_archived:
+    if lq.compiled.reads_archive:  # its worker's counters
         ollaa = s.get("ollaa") or {}
         decided = [d for d in ollaa.get("decisions", []) if "sel_live" in d]
         delay = s["delay_ms"]

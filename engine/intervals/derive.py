@@ -94,6 +94,16 @@ class IntervalStatement(OneTypeStatement):
         """The statement kind the service records (``queries.kind``)."""
         return "interval"
 
+    backfills = True
+    """A backfill runs it per PARTITION BY key group, as live (:mod:`archive.backfill`)."""
+    emits_intervals = True
+    """Its derived events (EMIT INTO) are interval events (issue 15)."""
+
+    @property
+    def match_span_us(self) -> int | None:
+        """None: a run has no bound on its length (a backfill reads the whole archive)."""
+        return None
+
     def make_detector(self, allowed_lateness_us: int | dict[str, int] | None = None) -> IntervalDeriver:
         return IntervalDeriver(self.ast, allowed_lateness_us=self.lateness_us(allowed_lateness_us))
 

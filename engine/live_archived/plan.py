@@ -187,12 +187,9 @@ def mandatory_vars(query: CompiledQuery) -> frozenset[str]:
 
 
 def live_span_us(query: CompiledQuery) -> int | None:
-    """Largest ``I.end - I.start`` (and trailing-negation wait) of a live instance, int us; None: unbounded."""
-    if query.window_us is not None:
-        return query.window_us
-    if all(len(p.slots) == 1 and not p.slots[0].kleene and not p.trailing for p in query.plans):
-        return 0
-    return None
+    """Largest ``I.end - I.start`` (and trailing-negation wait) of a live instance, int us; None: unbounded
+    (what the query declares, :attr:`CompiledQuery.match_span_us`)."""
+    return query.match_span_us
 
 
 class LiveArchivedPlan:
@@ -222,6 +219,35 @@ class LiveArchivedPlan:
     """The statement kind (``queries.kind``)."""
     reads_archive = True
     """It reads the archive as it runs: the service runs it on a live-and-archived worker with an archive source."""
+    backfills = True
+    """A backfill runs it: both sides on Spark, then the join (:mod:`archive.backfill`)."""
+    chooses_plan = False
+    """Its sides run as written (no plan trial or switch)."""
+    emits_intervals = False
+    """Its derived events (EMIT INTO) are point events."""
+
+    @property
+    def patterns(self) -> tuple[CompiledQuery, ...]:
+        """The pattern queries it matches: its live and archived sides (``pm_capacity`` and the query limits
+        apply to both)."""
+        return (self.live, self.archived)
+
+    @property
+    def window_us(self) -> int | None:
+        """Its live side's WITHIN, int us (None: unbounded): what the service records as its window (the
+        archived side's is ``archived.window_us``)."""
+        return self.live.window_us
+
+    @property
+    def match_span_us(self) -> int | None:
+        """Largest ``I.end - I.start`` of a live instance, int us (:attr:`live_span_us`)."""
+        return self.live_span_us
+
+    @property
+    def archive_key_attr(self) -> str | None:
+        """The archived side's attribute its archive requests select by (:attr:`key`; None: every key); ``lace
+        replay`` partitions its archive by it."""
+        return None if self.key is None else self.key.attr
 
     def __init__(self, query: LiveArchivedQuery, schemas: Schema | None = None, *, key_hint: str | None = None) -> None:
         self.ast = query

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.events import Event
 from engine.lql import ast
@@ -72,6 +72,13 @@ class CompiledFilter:
     kind = "filter"
     """The statement kind (``queries.kind``)."""
     reads_archive = False
+    backfills = False
+    """It runs live only (before the archive: what it drops is never archived)."""
+    chooses_plan = False
+    emits_intervals = False
+    archive_key_attr = None
+    patterns: ClassVar[tuple[Any, ...]] = ()
+    """No pattern: no partial matches, no query limits."""
 
     @property
     def type(self) -> str:

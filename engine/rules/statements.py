@@ -8,7 +8,7 @@ the service and the rule graph hold any statement without asking its kind.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from engine.lql import ast
 
@@ -23,6 +23,11 @@ class OneTypeStatement:
     ast: Any
     allowed_lateness_us: int
     reads_archive = False
+    chooses_plan = False
+    archive_key_attr = None
+    patterns: ClassVar[tuple[Any, ...]] = ()
+    """No pattern: no partial matches, no query limits (what every statement declares, see
+    :attr:`engine.compiler.CompiledQuery.patterns`)."""
 
     @property
     def name(self) -> str | None:
@@ -65,6 +70,11 @@ class AggregateStatement(OneTypeStatement):
     def kind(self) -> str:
         """The statement kind the service records (``queries.kind``)."""
         return "aggregate"
+
+    backfills = False
+    """It runs live only."""
+    emits_intervals = False
+    """Its derived events (EMIT INTO) are point events."""
 
     @property
     def window_us(self) -> int | None:

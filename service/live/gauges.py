@@ -23,11 +23,10 @@ def refresh_gauges(rt: LiveRuntime) -> None:
         m.query_partial_matches.labels(lq.name, "spilled").set(pm.get("spilled_now", 0))
         for kind in ("spilled", "reloaded", "misses"):
             m.query_pm_events.labels(lq.name, kind).set(pm.get(kind, 0))
-        if lq.worker is not None:
-            m.query_archive_requests.labels(lq.name).set(s.get("archive_requests", 0))
-            m.query_pending_instances.labels(lq.name).set(
-                s.get("pending_instances", 0) + s.get("in_flight_instances", 0)
-            )
+        load = lq.archive_load(s)
+        if load is not None:  # it reads the archive
+            m.query_archive_requests.labels(lq.name).set(load[0])
+            m.query_pending_instances.labels(lq.name).set(load[1])
     m.partial_matches.set(total)
     m.partial_matches_spilled.set(spilled)
     rt.metrics.live_queries.set(len(rt.queries))

@@ -4,12 +4,15 @@ checkpointed position in the ingest order (docs/architecture.md sections 4 and 6
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from engine.detector import Detector, RuleStatement, Statement
+from engine.detector import RuleStatement, Statement
+from engine.events import Event
 from service.db.models import QueryRow
-from service.live.la_process import ProcessWorker
-from service.live.live_archived import LiveArchivedWorker
+from service.live.run import Run
+
+if TYPE_CHECKING:
+    from service.live.runtime import LiveRuntime
 
 
 @dataclass(slots=True)
@@ -35,29 +38,24 @@ class RunOptions:
 class LiveQuery:
     """An active query: its compiled statement and what runs it.
 
-    ``detector`` is the live-only query's matcher (None for a live-and-archived query, which runs
-    on ``worker``).
+    ``run`` runs it (:mod:`service.live.run`): the runtime's rule graph, or a live-and-archived worker for a
+    statement that reads the archive. Its methods are the one protocol the runtime, the restart replay and the
+    checkpoints use; none of them asks which ``run`` it holds.
     """
 
     id: int
     name: str
     compiled: Statement | RuleStatement
-    detector: Detector | None
-    worker: LiveArchivedWorker | ProcessWorker | None
+    run: Run
     max_lateness_us: int
     active_since_us: int
     options: RunOptions
-    offered_wm: int | None = None
-    offered_idle: bool = False
-    """Its worker was told that every type it reads is idle or ended (told once per quiet spell)."""
     cpu_s: float = 0.0
-    """CPU seconds spent matching (live-only; a live-and-archived query's worker keeps its own)."""
+    """CPU seconds spent matching (a statement of the graph without a node; a worker keeps its own)."""
     base: dict[str, float] = field(default_factory=dict)
     """Totals recorded before this start (kept across restarts and pauses)."""
     offset: dict[str, float] = field(default_factory=dict)
     """What the restart replay counted again: left out of the totals."""
-    node: Any = None
-    """Its node in the runtime's rule graph (every statement but a live-and-archived one)."""
     saved_mark: tuple[float, int, int] | None = None
     """(CPU seconds, results, events) of its graph node at the last checkpoint."""
     saved: dict[str, Any] | None = None
@@ -82,44 +80,60 @@ class LiveQuery:
     """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
     until it is updated or the service restarts, and the other queries go on."""
 
+    # ------------------------------------------------------------------ running
+
+    def attach(self, rt: LiveRuntime) -> None:
+        """Start running in ``rt``: a node of its rule graph, or a worker it offers events (call under its lock)."""
+        self.run.attach(self, rt)
+
+    def detach(self, rt: LiveRuntime) -> None:
+        """Stop running in ``rt`` (its state is dropped; call under its lock)."""
+        self.run.detach(self, rt)
+
+    def close(self) -> None:
+        """Stop what runs beside the runtime (a worker; service shut-down)."""
+        self.run.close()
+
+    def offer(self, events: list[Event], watermark_us: int | None, *, idle: bool = False) -> None:
+        """Hand it ``events`` (archived already) and its watermark when it runs on a worker (the ingest path
+        feeds the rule graph); ``idle``: every type it reads is idle (``LACE_IDLE_TIMEOUT_S``) or ended."""
+        self.run.offer(self, events, watermark_us, idle)
+
+    def take_replayed(self, event: Event) -> bool:
+        """Take an event the restart replay read for it; True when the rule graph must push it (else its worker
+        gets it with the others, :meth:`offer_replayed`)."""
+        return self.run.take_replayed(event)
+
+    def offer_replayed(self) -> None:
+        """Hand what the restart replay kept for it to its worker (nothing for a statement of the graph)."""
+        self.run.offer_replayed()
+
+    def note_checkpoint(self, next_seq: int, recorded: bool) -> None:
+        """Take its checkpoint at ``next_seq`` when every result of the events before it is recorded: the runtime
+        recorded all it found (``recorded``) and it records no results later (a worker does; then it keeps
+        none)."""
+        self.run.checkpoint(self, next_seq, recorded)
+
     def state_span_us(self) -> int | None:
         """How far before its newest event its state reaches, int microseconds (None: unbounded): what its
         statement declares (``state_span_us``), plus ``T_L`` for one run by a live-and-archived worker."""
         span: int | None = self.compiled.state_span_us
-        if span is not None and self.worker is not None:
-            span += self.options.tolerance_us or 0
-        return span
+        return None if span is None else span + self.run.extra_span_us(self.options)
 
     def pending_from_us(self) -> int | None:
         """The event time of its oldest result still being worked on (a live-and-archived worker's live
         instances waiting for the archive; None: none, or no worker). May wait 0.2 s for a busy worker."""
-        return None if self.worker is None else self.worker.resume_from_us()
+        return self.run.pending_from_us()
 
     def moved_since_checkpoint(self) -> bool:
         """Whether an event may have reached it since the last checkpoint (a worker: always)."""
-        node = self.node
-        if node is None:
-            return True
-        mark = (node.cpu_s, node.results, len(node.inbox))  # CPU time moves whenever an event reaches it
-        if mark == self.saved_mark:
-            return False
-        self.saved_mark = mark
-        return True
+        return self.run.moved(self)
+
+    # ------------------------------------------------------------------ counters
 
     def counts(self) -> dict[str, float]:
         """The counters that add up across restarts, since this start."""
-        s = self.stats()
-        m = s.get("live_matcher", s)
-        out = {
-            "events": float(m.get("events", 0)),
-            "late": float(m.get("late", 0)),
-            "matches": float(s["results"] if self.worker is not None else m.get("emitted", 0)),
-            "cpu_s": float(s.get("cpu_s", 0.0)),
-        }
-        if self.worker is not None:
-            out["live_instances"] = float(s.get("live_instances", 0))
-            out["archive_requests"] = float(s.get("archive_requests", 0))
-        return out
+        return self.run.counts(self.stats())
 
     def totals(self) -> dict[str, float]:
         """Counters since the query was created or last updated, kept across restarts (see ``offset``)."""
@@ -128,31 +142,24 @@ class LiveQuery:
         return {k: round(self.base.get(k, 0.0) + now.get(k, 0.0) - self.offset.get(k, 0.0), 6) for k in sorted(keys)}
 
     def mark_replayed(self) -> None:
-        """The restart replay is done: what it counted is not counted again."""
+        """The restart replay is done: what it counted is not counted again (for a worker, once it has matched
+        the replayed events)."""
+        self.run.call(self._forget_replayed)
+
+    def _forget_replayed(self) -> None:
         self.offset = self.counts()
 
-    @property
-    def live_archived(self) -> bool:
-        return self.worker is not None
-
     def stats(self) -> dict[str, Any]:
-        """The detector's counters (a live-and-archived query's include the worker's)."""
-        if self.worker is not None:
-            return self._with_cut(self.worker.stats())
-        if self.detector is None:  # a FILTER rule: the rule graph applies it, it keeps no detector
-            f = self.compiled.stats()  # type: ignore[union-attr]
-            return {"events": f["kept"] + f["dropped"], "late": 0, "emitted": f["dropped"], "filter": f, "cpu_s": 0.0}
-        assert self.detector is not None
-        cpu = self.node.cpu_s if self.node is not None else self.cpu_s
-        d = {**self.detector.stats(), "cpu_s": round(cpu, 6)}
-        if self.node is not None:
-            d["results"] = self.node.results
-        if self.failed is not None:
-            d["failed"] = self.failed
-        return self._with_cut(d)
+        """The detector's counters (a live-and-archived query's are its worker's)."""
+        return self.run.stats(self)
 
-    def _with_cut(self, d: dict[str, Any]) -> dict[str, Any]:
+    def archive_load(self, stats: dict[str, Any]) -> tuple[int, int] | None:
+        """(archive requests made, live instances waiting for the archive) from its :meth:`stats`; None when it
+        reads no archive."""
+        return self.run.archive_load(stats)
+
+    def with_cut(self, d: dict[str, Any]) -> dict[str, Any]:
+        """``d`` with ``replay_cut_ms`` when the replay limit cut its state."""
         if self.replay_cut_us is not None:
             d["replay_cut_ms"] = self.replay_cut_us / 1_000
         return d
-

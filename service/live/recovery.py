@@ -129,8 +129,7 @@ def checkpoint(rt: LiveRuntime) -> None:
             if newest is not None:
                 known = lq.resume_seq if lq.resume_seq is not None else rt.order.floor
                 lq.resume_seq = rt.order.position_of(horizon(rt, lq, newest, pending[lq.id]).start_us, known)
-            if lq.worker is None and rt.results_recorded:  # every result of the events before it is recorded
-                lq.checkpoint_seq = rt.order.next_seq
+            lq.note_checkpoint(rt.order.next_seq, rt.results_recorded)  # every result before it recorded
             values: dict[str, Any] = {
                 "counters": lq.totals(), "resume_seq": lq.resume_seq, "checkpoint_seq": lq.checkpoint_seq
             }
@@ -356,7 +355,6 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
     de-duplicated by their identity (query, event ids; a window's bounds and fields).
     """
     found: list[Found] = []
-    handed: dict[int, list[Event]] = {}  # live-and-archived queries' events, handed over in one batch each
     graph = rt.graph
     ingest = rt.ingest_path
     with rt.lock:
@@ -371,11 +369,8 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
                 ingest.last_id = max(ingest.last_id, e.id)
             takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > lq.active_since_us]
             graph_wanted = False
-            for lq in takers:
-                if lq.worker is not None:
-                    handed.setdefault(lq.id, []).append(e)
-                else:
-                    graph_wanted = True
+            for lq in takers:  # a worker keeps its events, handed over in one batch (offer_replayed)
+                graph_wanted = lq.take_replayed(e) or graph_wanted
             if not graph_wanted or graph.filter(e) is not None:
                 continue
             names = {str(lq.id) for lq in takers}
@@ -387,10 +382,8 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             if graph.failures:
                 ingest.mark_failed(graph, None, None, None)
         ingest.remember({})
-        for qid, events in handed.items():
-            worker = rt.queries[qid].worker
-            assert worker is not None
-            worker.offer(events, None)
+        for lq in rt.queries.values():
+            lq.offer_replayed()
         rt.replaying = True
         try:
             found.extend(rt.advance())
@@ -398,10 +391,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             rt.replaying = False
         rt.offer([])
         for lq in rt.queries.values():  # what the replay counts again was counted before the restart
-            if lq.worker is None:
-                lq.mark_replayed()
-            else:
-                lq.worker.call(lq.mark_replayed)  # once its worker has matched the replayed events
+            lq.mark_replayed()  # a worker's: once it has matched the replayed events
         rt.metrics.replayed.inc(len(rows))
         return len(rows), rt.save(found)
 

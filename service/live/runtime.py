@@ -9,7 +9,8 @@ archive requests on a bounded pool: ingest never waits for Spark). Every query r
 
 The parts, each in its own module: the ingest path (:mod:`service.live.ingest`), event time
 (:mod:`service.live.event_time`), the durable ingest order (:mod:`service.live.ingest_order`), a running
-statement (:mod:`service.live.live_query`), checkpoints and the restart replay (:mod:`service.live.recovery`).
+statement (:mod:`service.live.live_query`) and what runs it, the graph or a worker (:mod:`service.live.run`: the
+runtime never asks which), checkpoints and the restart replay (:mod:`service.live.recovery`).
 
 Queries start (create, update, resume) at ``active_since_us``, an instant taken under the lock; every later
 request gets a larger ``ingested_at`` stamp, which is how a restart replay feeds each query exactly the events it
@@ -51,6 +52,7 @@ from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 from service.live.live_query import LiveQuery, RunOptions
 from service.live.outbox import Found, record_alerts
 from service.live.recovery import window_history
+from service.live.run import GraphRun, Run, WorkerRun
 
 __all__ = ["Ended", "IngestResult", "LiveQuery", "LiveRuntime", "RunOptions"]
 
@@ -128,6 +130,9 @@ class LiveRuntime:
         request's stamp applies to it, one deferred after applies from the next request."""
         self.types: dict[str, TypeSpec] = {}
         self.queries: dict[int, LiveQuery] = {}
+        self.offered: dict[int, LiveQuery] = {}
+        """The statements run by live-and-archived workers, which :meth:`offer` hands events (the others are
+        nodes of :attr:`graph`); in start order, as :attr:`queries`."""
         self.by_type: dict[str, list[LiveQuery]] = {}
         self.event_time = EventTime(self._type_lateness, idle_timeout_s)
         """Per event type: the newest ts accepted and its watermark (:mod:`service.live.event_time`)."""
@@ -183,9 +188,8 @@ class LiveRuntime:
             ]
             pending: dict[str, int] = {}
             for lq in done:
-                if lq.worker is not None:
-                    st = lq.worker.stats()
-                    pending[lq.name] = int(st.get("pending_instances", 0))
+                if lq.id in self.offered:  # run by a worker: its results come as its archive requests answer
+                    pending[lq.name] = int(lq.stats().get("pending_instances", 0))
             found = self.advance()
             self.offer([])
             results = self.save(found) if found else 0
@@ -224,18 +228,16 @@ class LiveRuntime:
             lateness = self._lateness(types)
             max_lateness = max(lateness.values(), default=0)
             common = self._pm_options(query_id, opts)
-            detector: Detector | None = None
-            worker: LiveArchivedWorker | ProcessWorker | None = None
+            run: Run
             if compiled.reads_archive:  # what its class declares: it runs on a worker that reads the archive
-                worker = self._worker(query_id, name, cast(LiveArchivedPlan, compiled), opts, lateness, common)
+                run = WorkerRun(self._worker(query_id, name, cast(LiveArchivedPlan, compiled), opts, lateness, common))
             else:
-                detector = detector_for(compiled, storage="chain", allowed_lateness_us=lateness, **common)
+                run = GraphRun(detector_for(compiled, storage="chain", allowed_lateness_us=lateness, **common))
             lq = LiveQuery(
                 id=query_id,
                 name=name,
                 compiled=compiled,
-                detector=detector,
-                worker=worker,
+                run=run,
                 max_lateness_us=max_lateness,
                 active_since_us=active_since_us,
                 options=opts,
@@ -244,9 +246,7 @@ class LiveRuntime:
                 resume_seq=resume_seq if restored else self.order.next_seq,
                 checkpoint_seq=checkpoint_seq if restored else None,
             )
-            if worker is None:
-                self.graph.add(str(query_id), compiled, detector, version=version)  # derived ids: (id, version)
-                lq.node = self.graph.nodes.get(str(query_id))
+            lq.attach(self)
             emit = compiled.emit_into
             if emit is not None:
                 self.emitters.setdefault(emit, set()).add(query_id)
@@ -369,7 +369,7 @@ class LiveRuntime:
             For a live-and-archived query (it reads the archive itself) or without an archive.
         """
         lq = self.queries[query_id]
-        if lq.node is None:
+        if str(query_id) not in self.graph.nodes:
             raise ValueError("state=warm applies to statements of the rule graph, not to live-and-archived queries")
         history, wm = window_history(self, lq)
         results = self.graph.warm(str(query_id), history, wm)
@@ -395,7 +395,8 @@ class LiveRuntime:
             archive.
         """
         lq = self.queries.get(query_id)
-        if lq is None or lq.node is None or not isinstance(lq.compiled, CompiledQuery):
+        node = self.graph.nodes.get(str(query_id))
+        if lq is None or node is None or not lq.compiled.chooses_plan:
             raise ValueError("a plan switch applies to running pattern queries (PATTERN ...)")
         if lq.failed is not None:
             raise ValueError(f"the query failed ({lq.failed}); resume it first")
@@ -405,7 +406,7 @@ class LiveRuntime:
             self.pm_store.clear(f"q{query_id}")  # the old detector's spilled partial matches
         detector = self._pattern_detector(query_id, compiled, lq.options)
         dropped = self.graph.replace(str(query_id), compiled, detector, history, wm)
-        lq.compiled, lq.detector = compiled, detector
+        lq.compiled, lq.run = compiled, GraphRun(detector, node)
         lq.base = totals
         lq.offset = lq.counts()  # the window's events are counted once, before the switch
         lq.saved_mark = None
@@ -466,10 +467,7 @@ class LiveRuntime:
                     self.by_type[t] = rest
                 else:
                     self.by_type.pop(t, None)
-            if lq.worker is not None:
-                lq.worker.stop()
-            else:
-                self.graph.remove(str(query_id))
+            lq.detach(self)
             emit = lq.compiled.emit_into
             if emit is not None:
                 self.emitters.get(emit, set()).discard(query_id)
@@ -485,8 +483,7 @@ class LiveRuntime:
         """Stop every live-and-archived worker and the archive request pool (service shut-down)."""
         with self.lock:
             for lq in list(self.queries.values()):
-                if lq.worker is not None:
-                    lq.worker.stop()
+                lq.close()
         self.lookups.close()
 
     def activation_us(self) -> int:
@@ -563,28 +560,15 @@ class LiveRuntime:
     # ------------------------------------------------------------------ live-and-archived queries
 
     def workers_active(self) -> bool:
-        return any(lq.worker is not None for lq in self.queries.values())
+        """Whether some statement runs on a worker the runtime offers events (:attr:`offered`)."""
+        return bool(self.offered)
 
     def offer(self, events: list[Event]) -> None:
-        """Hand ``events`` (archived already) and the new watermark to every live-and-archived worker; a worker
-        whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told so once per quiet spell (``idle``:
-        SLLAA closes its open subwindow)."""
-        for lq in self.queries.values():
-            w = lq.worker
-            if w is None:
-                continue
-            types = lq.compiled.stream_types
-            mine = [e for e in events if e.type in types]
-            wm = self.query_watermark(lq)
-            idle = not mine and self.event_time.idle(types)
-            if (
-                mine
-                or (wm is not None and (lq.offered_wm is None or wm > lq.offered_wm))
-                or (idle and not lq.offered_idle)
-            ):
-                lq.offered_wm = wm
-                w.offer(mine, wm, idle=idle)
-            lq.offered_idle = idle
+        """Hand ``events`` (archived already) and the new watermark to every statement run by a live-and-archived
+        worker (:meth:`LiveQuery.offer`); one whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told
+        so once per quiet spell (SLLAA closes its open subwindow)."""
+        for lq in self.offered.values():
+            lq.offer(events, self.query_watermark(lq), idle=self.event_time.idle(lq.compiled.stream_types))
 
     def record_results(self, query_id: int, matches: list[Match]) -> None:
         """Commit a live-and-archived query's results: alerts + outbox in one transaction (any thread).

@@ -1,0 +1,219 @@
+"""How a running statement is run: one protocol, two implementations (docs/architecture.md sections 2, 4 and 5).
+
+A statement whose class declares that it reads the archive (``reads_archive``: a live-and-archived query) runs on a
+live-and-archived worker (:class:`WorkerRun`); every other statement is matched by the runtime's rule graph
+(:class:`GraphRun`). :class:`~service.live.live_query.LiveQuery` holds one and asks it; the runtime, the restart
+replay and the checkpoints call :class:`~service.live.live_query.LiveQuery`'s methods and never ask which one it is.
+
+The verbs: :meth:`attach` / :meth:`detach` (start, stop: a node of the graph, or a worker the runtime offers
+events), :meth:`close` (service shut-down), :meth:`offer` (events and the watermark for a worker; the ingest path
+feeds the graph), :meth:`take_replayed` / :meth:`offer_replayed` (the restart replay), :meth:`call` (once what was
+handed over is matched), :meth:`checkpoint`, and the counters (:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from engine.detector import Detector
+from engine.events import Event
+from service.live.la_process import ProcessWorker
+from service.live.live_archived import LiveArchivedWorker
+
+if TYPE_CHECKING:
+    from service.live.live_query import LiveQuery, RunOptions
+    from service.live.runtime import LiveRuntime
+
+
+def _base_counts(s: dict[str, Any]) -> tuple[float, float, float]:
+    m = s.get("live_matcher", s)  # a live-and-archived runner nests its live matcher's counters
+    return float(m.get("events", 0)), float(m.get("late", 0)), float(s.get("cpu_s", 0.0))
+
+
+class GraphRun:
+    """A statement the runtime's rule graph matches: its node (none for a FILTER rule, which the graph applies to
+    each event before the others), fed by the ingest path; the runtime records its results under its lock.
+
+    ``detector``: what runs it (None for a FILTER rule); ``node``: its node of the graph, once attached.
+    """
+
+    __slots__ = ("detector", "node")
+
+    def __init__(self, detector: Detector | None, node: Any = None) -> None:
+        self.detector = detector
+        self.node = node
+
+    def attach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+        """Add it to the rule graph (derived event ids are made of (id, version))."""
+        rt.graph.add(str(lq.id), lq.compiled, self.detector, version=lq.version)
+        self.node = rt.graph.nodes.get(str(lq.id))
+
+    def detach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+        """Remove it from the rule graph (its partial matches and open windows are dropped)."""
+        rt.graph.remove(str(lq.id))
+
+    def close(self) -> None:
+        """Nothing runs beside the runtime."""
+
+    def offer(self, lq: LiveQuery, events: list[Event], watermark_us: int | None, idle: bool) -> None:
+        """Nothing: the ingest path feeds the graph."""
+
+    def take_replayed(self, event: Event) -> bool:
+        """True: the replay pushes ``event`` through the rule graph."""
+        return True
+
+    def offer_replayed(self) -> None:
+        """Nothing waits: the graph was pushed each event."""
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` now: what it was handed is matched."""
+        fn()
+
+    def extra_span_us(self, options: RunOptions) -> int:
+        """Nothing beyond what the statement declares."""
+        return 0
+
+    def pending_from_us(self) -> int | None:
+        """None: no result of it waits for anything."""
+        return None
+
+    def checkpoint(self, lq: LiveQuery, next_seq: int, recorded: bool) -> None:
+        """Take the checkpoint at ``next_seq`` when every result found so far is recorded (``recorded``)."""
+        if recorded:
+            lq.checkpoint_seq = next_seq
+
+    def moved(self, lq: LiveQuery) -> bool:
+        """Whether an event may have reached it since the last call (a FILTER rule: always)."""
+        node = self.node
+        if node is None:
+            return True
+        mark = (node.cpu_s, node.results, len(node.inbox))  # CPU time moves whenever an event reaches it
+        if mark == lq.saved_mark:
+            return False
+        lq.saved_mark = mark
+        return True
+
+    def stats(self, lq: LiveQuery) -> dict[str, Any]:
+        """Its detector's counters with the CPU time, results and failure of its node; a FILTER rule's counts."""
+        if self.detector is None:  # a FILTER rule: the rule graph applies it, it keeps no detector
+            f = lq.compiled.stats()  # type: ignore[union-attr]
+            return {"events": f["kept"] + f["dropped"], "late": 0, "emitted": f["dropped"], "filter": f, "cpu_s": 0.0}
+        cpu = self.node.cpu_s if self.node is not None else lq.cpu_s
+        d = {**self.detector.stats(), "cpu_s": round(cpu, 6)}
+        if self.node is not None:
+            d["results"] = self.node.results
+        if lq.failed is not None:
+            d["failed"] = lq.failed
+        return lq.with_cut(d)
+
+    def counts(self, s: dict[str, Any]) -> dict[str, float]:
+        """The counters of :meth:`stats` ``s`` that add up across restarts (matches: what it emitted)."""
+        events, late, cpu = _base_counts(s)
+        m = s.get("live_matcher", s)
+        return {"events": events, "late": late, "matches": float(m.get("emitted", 0)), "cpu_s": cpu}
+
+    def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
+        """None: it makes no archive requests."""
+        return None
+
+
+class WorkerRun:
+    """A statement that reads the archive, run by a live-and-archived worker (its own thread, or its own
+    process): the runtime offers it the events of its types and the watermark; the worker records its results
+    itself, when the archive has answered (later than the events).
+
+    ``worker``: the worker; ``offered_wm``: the watermark last offered to it; ``offered_idle``: it was told that
+    every type it reads is idle or ended (told once per quiet spell).
+    """
+
+    __slots__ = ("worker", "offered_wm", "offered_idle", "replayed")
+
+    def __init__(self, worker: LiveArchivedWorker | ProcessWorker) -> None:
+        self.worker = worker
+        self.offered_wm: int | None = None
+        self.offered_idle = False
+        self.replayed: list[Event] = []
+
+    def attach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+        """Be offered events (:meth:`LiveRuntime.offer`)."""
+        rt.offered[lq.id] = lq
+
+    def detach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+        """Be offered nothing more; stop the worker."""
+        rt.offered.pop(lq.id, None)
+        self.worker.stop()
+
+    def close(self) -> None:
+        """Stop the worker (service shut-down)."""
+        self.worker.stop()
+
+    def offer(self, lq: LiveQuery, events: list[Event], watermark_us: int | None, idle: bool) -> None:
+        """Hand the worker those of ``events`` it reads, with the watermark when it moved; when none came and
+        every type it reads is idle or ended (``idle``), tell it once per quiet spell (SLLAA closes its open
+        subwindow)."""
+        types = lq.compiled.stream_types
+        mine = [e for e in events if e.type in types]
+        idle = idle and not mine
+        wm = watermark_us
+        if mine or (wm is not None and (self.offered_wm is None or wm > self.offered_wm)) or (
+            idle and not self.offered_idle
+        ):
+            self.offered_wm = wm
+            self.worker.offer(mine, wm, idle=idle)
+        self.offered_idle = idle
+
+    def take_replayed(self, event: Event) -> bool:
+        """Keep ``event`` for :meth:`offer_replayed` (False: the graph need not push it for this statement)."""
+        self.replayed.append(event)
+        return False
+
+    def offer_replayed(self) -> None:
+        """Hand the worker what the replay kept for it, in one batch."""
+        if self.replayed:
+            events, self.replayed = self.replayed, []
+            self.worker.offer(events, None)
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once the worker has matched what it was handed."""
+        self.worker.call(fn)
+
+    def extra_span_us(self, options: RunOptions) -> int:
+        """Its tolerance ``T_L``: live instances wait that long for their subwindow to close."""
+        return options.tolerance_us or 0
+
+    def pending_from_us(self) -> int | None:
+        """The event time of its oldest live instance still waiting for the archive (None: none). May wait 0.2 s
+        for a busy worker."""
+        return self.worker.resume_from_us()
+
+    def checkpoint(self, lq: LiveQuery, next_seq: int, recorded: bool) -> None:
+        """Nothing: its worker records its results later than the events, so no position says they all are."""
+
+    def moved(self, lq: LiveQuery) -> bool:
+        """Always: the worker moves on its own."""
+        return True
+
+    def stats(self, lq: LiveQuery) -> dict[str, Any]:
+        """The worker's counters (its live matcher's under ``live_matcher``)."""
+        return lq.with_cut(self.worker.stats())
+
+    def counts(self, s: dict[str, Any]) -> dict[str, float]:
+        """The counters of :meth:`stats` ``s`` that add up across restarts (matches: its results), with its live
+        instances and archive requests."""
+        events, late, cpu = _base_counts(s)
+        return {
+            "events": events,
+            "late": late,
+            "matches": float(s["results"]),
+            "cpu_s": cpu,
+            "live_instances": float(s.get("live_instances", 0)),
+            "archive_requests": float(s.get("archive_requests", 0)),
+        }
+
+    def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
+        """(archive requests made, live instances waiting for the archive) from :meth:`stats` ``s``."""
+        return s.get("archive_requests", 0), s.get("pending_instances", 0) + s.get("in_flight_instances", 0)
+
+
+Run = GraphRun | WorkerRun
+"""What runs a statement of the live service."""
