@@ -18,6 +18,7 @@ from service.core.errors import ApiError
 from service.db.session import now_us
 from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveRuntime
+from service.live.warm import switch_plan
 from service.schemas.common import iso, wire_ts
 from service.schemas.plans import MAX_TRIAL_EVENTS, ExplainRequest, ExplainResult
 from service.schemas.resources import ArchiveSlice, PlanSwitch, QueryCreate, QueryPublic, QueryUpdate
@@ -121,7 +122,7 @@ def switch(session: Session, runtime: LiveRuntime, query_id: int, body: PlanSwit
             raise ApiError(409, "the query's text changed while its plan was chosen; try again", "id")
         if row.state == "active":
             try:
-                runtime.switch_plan(row.id, chosen)
+                switch_plan(runtime, row.id, chosen)
             except ValueError as e:
                 raise ApiError(409, str(e), "id") from None
         row.plan_choice = choice

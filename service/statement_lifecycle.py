@@ -18,6 +18,7 @@ from service.core.errors import ApiError
 from service.db.models import QueryRow
 from service.db.session import now_us, session_write_gate
 from service.live.runtime import LiveRuntime, RunOptions
+from service.live.warm import warm_query
 from service.schemas.resources import QueryCreate, QueryPublic, QueryUpdate
 from service.statement import (
     AnyStatement,
@@ -94,7 +95,7 @@ def start_as_asked(
     if state != "warm":
         return
     try:
-        runtime.warm_query(row.id, emit_history=emit_history)
+        warm_query(runtime, row.id, emit_history=emit_history)
     except ValueError as e:
         raise ApiError(422, str(e), "query.state") from None
 

@@ -75,7 +75,7 @@ class LiveQuery:
     ``LACE_REPLAY_MAX_S`` (None: not cut); partial matches that started earlier were lost."""
     warm: dict[str, int] | None = None
     """What rebuilt this start's state from the archive (``state=warm``, a plan switch; None: nothing did):
-    the answer of :meth:`LiveRuntime.warm_query` or :meth:`LiveRuntime.switch_plan`, shown as ``warm``."""
+    the answer of :func:`service.live.warm.warm_query` or :func:`service.live.warm.switch_plan`, shown as ``warm``."""
     failed: str | None = None
     """Why the query stopped matching: a plug-in it names misbehaved (issue 16); it sees no more events
     until it is updated or the service restarts, and the other queries go on."""

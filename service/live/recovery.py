@@ -394,32 +394,3 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             lq.mark_replayed()  # a worker's: once it has matched the replayed events
         rt.metrics.replayed.inc(len(rows))
         return len(rows), rt.save(found)
-
-
-def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | None]:
-    """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
-    operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
-    from the archive and the recent buffer, in the matcher's (ts_end, id) order (an interval event counts by
-    its end), and the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
-
-    Raises ValueError without the archive."""
-    if rt.archive is None:
-        raise ValueError("rebuilding a query's state reads the archive (LACE_ARCHIVE_ENABLED=true)")
-    types = lq.compiled.stream_types
-    newest = rt.event_time.newest_of(types)
-    wm = rt.event_time.watermark(frozenset(t for t in types if t not in rt.emitters))
-    if newest is None:
-        return [], wm
-    span = lq.state_span_us()
-    since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
-    seen: dict[int, Event] = {}
-    for t in sorted(types):
-        spec = rt.types.get(t)
-        if spec is None:
-            continue
-        for row in read_rows(rt.archive.root, spec, from_seq=None, since=(0, since)):
-            seen[row.event.id] = row.event
-    for e in rt.archive.buffer.events([t for t in types if t in rt.types]):
-        if e.ts_end >= since:
-            seen.setdefault(e.id, e)
-    return sorted(seen.values(), key=Event.order_key), wm

@@ -51,7 +51,6 @@ from service.live.la_process import ChildSpec, ProcessWorker
 from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 from service.live.live_query import LiveQuery, RunOptions
 from service.live.outbox import Found, record_alerts
-from service.live.recovery import window_history
 from service.live.run import GraphRun, Run, WorkerRun
 
 __all__ = ["Ended", "IngestResult", "LiveQuery", "LiveRuntime", "RunOptions"]
@@ -348,72 +347,7 @@ class LiveRuntime:
         self.lock.apply_if_free()  # free: applied now, in this thread; else by the holder before it releases
         return t
 
-    def warm_query(self, query_id: int, *, emit_history: bool = False) -> dict[str, int]:
-        """Rebuild a just-started statement's state from the archive over its span (``state=warm``, issue 14).
-
-        Reads the statement's types from the archive (Delta and the recent buffer) from ``newest ts - span
-        - lateness`` (span: WITHIN or the window size; ``replay_max_us`` without one), feeds them to its
-        detector alone and advances it to the current watermark, so it behaves as if it had always run.
-        What that history completes is dropped, or recorded as alerts with ``emit_history`` (an EMIT INTO
-        statement's history is never re-emitted: its readers saw it live). Call under the lock, right
-        after :meth:`start_query`.
-
-        Returns
-        -------
-        dict
-            ``{"events": history events fed, "results": results they completed, "alerts": recorded}``.
-
-        Raises
-        ------
-        ValueError
-            For a live-and-archived query (it reads the archive itself) or without an archive.
-        """
-        lq = self.queries[query_id]
-        if str(query_id) not in self.graph.nodes:
-            raise ValueError("state=warm applies to statements of the rule graph, not to live-and-archived queries")
-        history, wm = window_history(self, lq)
-        results = self.graph.warm(str(query_id), history, wm)
-        alerts = 0
-        if emit_history and results and lq.compiled.emit_into is None:
-            alerts = self.save([Found(query_id, m, lq.version) for m in results])
-        lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
-        return lq.warm
-
-    def switch_plan(self, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
-        """Switch a running pattern query to another plan of its text (``POST /queries/{id}/plan``, 004):
-        a new detector of ``compiled`` takes its place in the rule graph, rebuilt from the current window's
-        events (archive and recent buffer, as ``state=warm`` reads them), so nothing is lost and nothing is
-        reported twice (:meth:`engine.rules.graph.RuleGraph.replace`). Counters go on; its spilled partial
-        matches are dropped with the old detector. Call under the lock.
-
-        Returns ``{"events": window events fed, "results": results they completed (dropped: reported)}``.
-
-        Raises
-        ------
-        ValueError
-            For a query that is not a running pattern query of the rule graph, a failed one, or without the
-            archive.
-        """
-        lq = self.queries.get(query_id)
-        node = self.graph.nodes.get(str(query_id))
-        if lq is None or node is None or not lq.compiled.chooses_plan:
-            raise ValueError("a plan switch applies to running pattern queries (PATTERN ...)")
-        if lq.failed is not None:
-            raise ValueError(f"the query failed ({lq.failed}); resume it first")
-        history, wm = window_history(self, lq)
-        totals = lq.totals()
-        if self.pm_store is not None and lq.options.pm_capacity is not None:
-            self.pm_store.clear(f"q{query_id}")  # the old detector's spilled partial matches
-        detector = self._pattern_detector(query_id, compiled, lq.options)
-        dropped = self.graph.replace(str(query_id), compiled, detector, history, wm)
-        lq.compiled, lq.run = compiled, GraphRun(detector, node)
-        lq.base = totals
-        lq.offset = lq.counts()  # the window's events are counted once, before the switch
-        lq.saved_mark = None
-        lq.warm = {"events": len(history), "results": dropped}
-        return lq.warm
-
-    def _pattern_detector(self, query_id: int, compiled: CompiledQuery, opts: RunOptions) -> Detector:
+    def pattern_detector(self, query_id: int, compiled: CompiledQuery, opts: RunOptions) -> Detector:
         """A live pattern query's matcher in the service: chain storage, its types' lateness, its budget
         (``opts`` resolved, :meth:`resolve`)."""
         return make_detector(

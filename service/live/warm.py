@@ -1,0 +1,113 @@
+"""Rebuilding a started statement's state from the archive: ``state=warm`` and plan switches.
+
+Both read the statement's types over its span (:func:`window_history`: Delta and the recent buffer) and feed them
+to its detector alone, so it behaves as if it had always run (docs/architecture.md section 4).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from engine.compiler import CompiledQuery
+from engine.events import Event
+from service.live.live_query import LiveQuery
+from service.live.outbox import Found
+from service.live.recovery import read_rows
+from service.live.run import GraphRun
+
+if TYPE_CHECKING:
+    from service.live.runtime import LiveRuntime
+
+
+def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) -> dict[str, int]:
+    """Rebuild a just-started statement's state from the archive over its span (``state=warm``, issue 14).
+
+    Reads the statement's types from the archive (Delta and the recent buffer) from ``newest ts - span
+    - lateness`` (span: WITHIN or the window size; ``replay_max_us`` without one), feeds them to its
+    detector alone and advances it to the current watermark, so it behaves as if it had always run.
+    What that history completes is dropped, or recorded as alerts with ``emit_history`` (an EMIT INTO
+    statement's history is never re-emitted: its readers saw it live). Call under the lock, right
+    after :meth:`LiveRuntime.start_query`.
+
+    Returns
+    -------
+    dict
+        ``{"events": history events fed, "results": results they completed, "alerts": recorded}``.
+
+    Raises
+    ------
+    ValueError
+        For a live-and-archived query (it reads the archive itself) or without an archive.
+    """
+    lq = rt.queries[query_id]
+    if str(query_id) not in rt.graph.nodes:
+        raise ValueError("state=warm applies to statements of the rule graph, not to live-and-archived queries")
+    history, wm = window_history(rt, lq)
+    results = rt.graph.warm(str(query_id), history, wm)
+    alerts = 0
+    if emit_history and results and lq.compiled.emit_into is None:
+        alerts = rt.save([Found(query_id, m, lq.version) for m in results])
+    lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
+    return lq.warm
+
+def switch_plan(rt: LiveRuntime, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
+    """Switch a running pattern query to another plan of its text (``POST /queries/{id}/plan``, 004):
+    a new detector of ``compiled`` takes its place in the rule graph, rebuilt from the current window's
+    events (archive and recent buffer, as ``state=warm`` reads them), so nothing is lost and nothing is
+    reported twice (:meth:`engine.rules.graph.RuleGraph.replace`). Counters go on; its spilled partial
+    matches are dropped with the old detector. Call under the lock.
+
+    Returns ``{"events": window events fed, "results": results they completed (dropped: reported)}``.
+
+    Raises
+    ------
+    ValueError
+        For a query that is not a running pattern query of the rule graph, a failed one, or without the
+        archive.
+    """
+    lq = rt.queries.get(query_id)
+    node = rt.graph.nodes.get(str(query_id))
+    if lq is None or node is None or not lq.compiled.chooses_plan:
+        raise ValueError("a plan switch applies to running pattern queries (PATTERN ...)")
+    if lq.failed is not None:
+        raise ValueError(f"the query failed ({lq.failed}); resume it first")
+    history, wm = window_history(rt, lq)
+    totals = lq.totals()
+    if rt.pm_store is not None and lq.options.pm_capacity is not None:
+        rt.pm_store.clear(f"q{query_id}")  # the old detector's spilled partial matches
+    detector = rt.pattern_detector(query_id, compiled, lq.options)
+    dropped = rt.graph.replace(str(query_id), compiled, detector, history, wm)
+    lq.compiled, lq.run = compiled, GraphRun(detector, node)
+    lq.base = totals
+    lq.offset = lq.counts()  # the window's events are counted once, before the switch
+    lq.saved_mark = None
+    lq.warm = {"events": len(history), "results": dropped}
+    return lq.warm
+
+
+def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | None]:
+    """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
+    operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
+    from the archive and the recent buffer, in the matcher's (ts_end, id) order (an interval event counts by
+    its end), and the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
+
+    Raises ValueError without the archive."""
+    if rt.archive is None:
+        raise ValueError("rebuilding a query's state reads the archive (LACE_ARCHIVE_ENABLED=true)")
+    types = lq.compiled.stream_types
+    newest = rt.event_time.newest_of(types)
+    wm = rt.event_time.watermark(frozenset(t for t in types if t not in rt.emitters))
+    if newest is None:
+        return [], wm
+    span = lq.state_span_us()
+    since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
+    seen: dict[int, Event] = {}
+    for t in sorted(types):
+        spec = rt.types.get(t)
+        if spec is None:
+            continue
+        for row in read_rows(rt.archive.root, spec, from_seq=None, since=(0, since)):
+            seen[row.event.id] = row.event
+    for e in rt.archive.buffer.events([t for t in types if t in rt.types]):
+        if e.ts_end >= since:
+            seen.setdefault(e.id, e)
+    return sorted(seen.values(), key=Event.order_key), wm
