@@ -56,7 +56,9 @@ def test_explain_using_archive_runs_the_candidate_plans_over_the_slice_and_picks
         text = f"PATTERN SEQ({a} x, {b} y) WHERE y.price < 1 AND x.price >= 290 PARTITION BY symbol WITHIN 1 s"
         # brute force: x at 10i (i >= 290), y at 10j + 5 with j >= i, j % 3 == 0, within 1 s
         want = sum(1 for i in range(290, 300) for j in range(i, 300) if j % 3 == 0)
-        r = c.post("/queries/explain", json={"text": text, "using_archive": {"from": t0, "to": t0 + 3_000}})
+        r = c.post(
+            "/queries/explain", json={"text": text, "using_archive": {"from": t0, "to": t0 + 3_000}}, timeout=180
+        )  # the first Spark session of this service starts here: ~20 s quiet, over 60 s on a loaded machine
         assert r.status_code == 200, r.text
         trial = r.json()["trial"]
         assert trial["events"] == 600 and trial["keys"] == 1
