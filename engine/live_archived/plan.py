@@ -61,6 +61,7 @@ from engine.lql.checks import grouping_aggregates
 from engine.lql.errors import QueryError
 from engine.match import Match
 from engine.nfa.conditions import Fn, compile_bool, compile_value
+from engine.nfa.getters import fold_events
 
 Events = dict[str, tuple[Event, ...]]
 Range = tuple[int, int]
@@ -123,27 +124,7 @@ def _aggregate(agg: Aggregate, live: bool) -> Fn:
         return lambda a, b, c: fold(map(getp, (a if live else b).get(var, ())))
 
     def aggregate(a: Events, b: Events, c: Any) -> Any:
-        seq = (a if live else b).get(var, ())
-        if func == "count":
-            return len(seq)
-        assert get is not None
-        if not seq:
-            return None
-        if func == "first":
-            return get(seq[0])
-        if func == "last":
-            return get(seq[-1])
-        values = [v for v in map(get, seq) if v is not None]
-        if not values:
-            return None
-        try:
-            if func == "sum":
-                return sum(values)
-            if func == "avg":
-                return sum(values) / len(values)
-            return min(values) if func == "min" else max(values)
-        except TypeError:
-            return None
+        return fold_events(func, get, (a if live else b).get(var, ()))
 
     return aggregate
 

@@ -6,6 +6,7 @@ binding (count, first, last, sum, avg, min, max, or an aggregate plug-in of issu
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.events import attr_getter
@@ -53,26 +54,31 @@ def _aggregate(agg: Aggregate, slot: int, kleene: bool) -> Fn:
 
     def aggregate(env: Any, i: int, x: Any) -> Any:
         bound: Any = env[slot] if slot < len(env) else ()
-        seq: tuple[Any, ...] = bound if kleene else (bound,)
-        if func == "count":
-            return len(seq)
-        assert get is not None
-        values = [v for v in (get(e) for e in seq) if v is not None]
-        if not values:
-            return None
-        if func == "first":
-            return get(seq[0])
-        if func == "last":
-            return get(seq[-1])
-        try:
-            if func == "sum":
-                return sum(values)
-            if func == "avg":
-                return sum(values) / len(values)
-            if func == "min":
-                return min(values)
-            return max(values)
-        except TypeError:
-            return None
+        return fold_events(func, get, bound if kleene else (bound,))
 
     return aggregate
+
+
+def fold_events(func: str, get: Callable[[Any], Any] | None, seq: Sequence[Any]) -> Any:
+    """A built-in RETURN aggregate (``count``, ``first``, ``last``, ``sum``, ``avg``, ``min``, ``max``) of
+    ``get`` (an attribute getter; None for ``count``) over the events ``seq``. None when no event has the
+    attribute (``first``/``last``: when the first/last one has none) or the values cannot be added or compared.
+    The NFA's RETURN and a live-and-archived query's RETURN (:mod:`engine.live_archived.plan`) both fold here."""
+    if func == "count":
+        return len(seq)
+    assert get is not None
+    values = [v for v in map(get, seq) if v is not None]
+    if not values:
+        return None
+    if func == "first":
+        return get(seq[0])
+    if func == "last":
+        return get(seq[-1])
+    try:
+        if func == "sum":
+            return sum(values)
+        if func == "avg":
+            return sum(values) / len(values)
+        return min(values) if func == "min" else max(values)
+    except TypeError:
+        return None
