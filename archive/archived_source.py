@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from archive.extractor import Extractor
-    from archive.schema import EventType
     from archive.stats import ArchiveStats
     from archive.writer import ArchiveWriter
+    from engine.event_type import EventType
 
 Pattern = PatternQuery | CompiledQuery  # an archived side: its syntax tree or its compiled query
 MIN_US = MIN_TS_US  # Spark timestamps start at 0001-01-01
@@ -142,7 +142,7 @@ class SparkArchiveSource:
             where = single_event_filter(ast, list(etypes.values()))
         keyed = None not in request
         kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
-        by_spark = keyed and all(t.key == key_attr for t in etypes.values()) and len(kinds) == 1
+        by_spark = keyed and all(t.partition_key == key_attr for t in etypes.values()) and len(kinds) == 1
         self.requests += 1
         if by_spark:
             kind = next(iter(kinds))
@@ -170,7 +170,7 @@ class SparkArchiveSource:
             return 0
         rng = _clamp(range)
         key_list = None if keys is None else list(keys)
-        if key_list is not None and not all(t.key == key_attr for t in etypes.values()):
+        if key_list is not None and not all(t.partition_key == key_attr for t in etypes.values()):
             return len(self.extract(list(etypes), key_list, [rng], key_attr=key_attr))
         counts = self.stats.counts(list(etypes), ranges=[rng], keys=key_list)
         n = int(sum(counts.column("events").to_pylist()))

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
     from archive.backfill_workers import LiveStatement
     from archive.reader import ArchiveReader, Backend
-    from archive.schema import EventType
+    from engine.event_type import EventType
     from engine.live_archived.plan import LiveArchivedPlan
 
 __all__ = [

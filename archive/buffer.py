@@ -20,7 +20,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from archive.ranges import Request, request_mask
-from archive.schema import EventType, conform, output_schema, output_to_events, record_to_output
+from archive.schema import conform, output_schema, output_to_events, record_schema, record_to_output
+from engine.event_type import EventType
 from engine.events import Event
 
 
@@ -99,7 +100,7 @@ class RecentBuffer:
             chunks = [c.table for c in self._chunks.get(name, [])]
         if etype is None or not chunks:
             return None
-        schema = etype.record_schema()
+        schema = record_schema(etype)
         return etype, pa.concat_tables([conform(t, schema) for t in chunks])
 
     def query(self, types: Iterable[str], request: Request | None = None) -> pa.Table:

@@ -38,7 +38,8 @@ from archive.buffer import RecentBuffer
 from archive.pushdown import apply_filter
 from archive.ranges import Ranges, Request, hull, make_request
 from archive.reader import ArchiveReader, iso_us
-from archive.schema import US_PER_DAY, EventType, conform, output_schema, record_to_output
+from archive.schema import US_PER_DAY, conform, output_schema, record_to_output
+from engine.event_type import EventType
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -159,10 +160,10 @@ class Extractor:
         if self.local_read_bytes <= 0 or not self.reader.readable_file_by_file(etype.name, version=version):
             return False
         if None not in request:
-            if etype.key is None:
+            if etype.partition_key is None:
                 return False  # the Spark path raises the error
             for key in request:
-                _check_key(key, etype.attributes[etype.key], etype)
+                _check_key(key, etype.attributes[etype.partition_key], etype)
         index = self.reader.file_index(etype.name, version=version)
         return int(index.sizes[index.select(request)].sum()) <= self.local_read_bytes
 
@@ -192,7 +193,7 @@ class Extractor:
             for etype in etypes:
                 if etype.name not in pins:
                     continue  # nothing archived yet
-                if keyed and etype.key is None:
+                if keyed and etype.partition_key is None:
                     raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
                 df = self.reader.scan(etype.name, version=pins[etype.name], request=request)
                 view = f"lace_{etype.name}_{uuid.uuid4().hex}"
@@ -229,14 +230,15 @@ def _type_sql(
         else:
             cols.append(f"t.`{f.name}`")
     if with_key:
-        cols.append(f"CAST(t.`{etype.key}` AS STRING) AS __key" if etype.key else "CAST(NULL AS STRING) AS __key")
-    kind = etype.attributes[etype.key] if keyed and etype.key else None
+        key = etype.partition_key
+        cols.append(f"CAST(t.`{key}` AS STRING) AS __key" if key else "CAST(NULL AS STRING) AS __key")
+    kind = etype.attributes[etype.partition_key] if keyed and etype.partition_key else None
     if keyed:
         rows = [f"({_literal(k, kind, etype)}, {lo}L, {hi}L)" for k, rs in request.items() for lo, hi in rs]
         req = "SELECT col1 AS k, timestamp_micros(col2) AS lo, timestamp_micros(col3) AS hi FROM VALUES "
         req += ", ".join(rows)
-        on = f"t.`{etype.key}` = r.k AND {end} >= r.lo AND {end} < r.hi"
-        where = f"t.`{etype.key}` IN ({', '.join(_literal(k, kind, etype) for k in request)})"
+        on = f"t.`{etype.partition_key}` = r.k AND {end} >= r.lo AND {end} < r.hi"
+        where = f"t.`{etype.partition_key}` IN ({', '.join(_literal(k, kind, etype) for k in request)})"
     else:
         rows = [f"({lo}L, {hi}L)" for lo, hi in request[None]]
         req = "SELECT timestamp_micros(col1) AS lo, timestamp_micros(col2) AS hi FROM VALUES " + ", ".join(rows)
@@ -269,7 +271,7 @@ def _check_key(value: Hashable, kind: str | None, etype: EventType) -> None:
         "timestamp": isinstance(value, int) and not isinstance(value, bool),
     }.get(kind or "", False)
     if not ok:
-        raise ValueError(f"keys of type {etype.name} must be {kind} values ({etype.key}), not {value!r}")
+        raise ValueError(f"keys of type {etype.name} must be {kind} values ({etype.partition_key}), not {value!r}")
 
 
 def _literal(value: Hashable, kind: str | None, etype: EventType) -> str:

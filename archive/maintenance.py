@@ -97,7 +97,7 @@ def compact(
     out = []
     for name in _names(root, types):
         dt = DeltaTable(str(Path(root) / name))
-        key = catalog[name].key if name in catalog else None
+        key = catalog[name].partition_key if name in catalog else None
         layout = "z_order" if z_order and key is not None else "compact"
         files_by_day: dict[str, list[str]] = {}
         for path in dt.file_uris():

@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from engine.lql.ast import AttrRef, BinOp, BoolOp, Compare, Component, Expr, Literal, Neg, PatternQuery, Seq
 
 if TYPE_CHECKING:
-    from archive.schema import EventType
+    from engine.event_type import EventType
 
 MARGIN = 1e-9  # relative slack of approximate (float64) comparisons
 _TS_ATTRS = {"ts": "int", "id": "int"}  # columns of every output row besides the attributes

@@ -14,7 +14,7 @@ import numpy as np
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from archive.schema import EventType
+    from engine.event_type import EventType
 
 Range = tuple[int, int]
 Ranges = Sequence[Range] | Mapping[Hashable, Sequence[Range]]
@@ -106,9 +106,9 @@ def request_mask(etype: EventType, table: pa.Table, request: Request) -> np.ndar
     ts = table.column("ts_end" if etype.interval else "ts").cast(pa.int64()).to_numpy()
     if None in request:
         return in_ranges(ts, request[None])
-    if etype.key is None:
+    if etype.partition_key is None:
         raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
-    keys = table.column(etype.key)
+    keys = table.column(etype.partition_key)
     slot = pc.fill_null(pc.index_in(keys, value_set=pa.array(list(request), type=keys.type)), -1).to_numpy()
     out = np.zeros(table.num_rows, dtype=bool)
     found = slot >= 0

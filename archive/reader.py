@@ -34,8 +34,9 @@ from urllib.parse import unquote
 import numpy as np
 
 from archive.ranges import Range, Request, hull, request_mask, time_union
-from archive.schema import CATALOG_FILE, TS_TYPE, US_PER_DAY, EventType, load_catalog
+from archive.schema import CATALOG_FILE, TS_TYPE, US_PER_DAY, load_catalog, record_schema
 from archive.spark import get_spark, native_delta_available
+from engine.event_type import EventType
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -120,10 +121,10 @@ class FileIndex:
         end_max = micros(f"max.{end}", _NO_UPPER - STATS_SLACK_US)
         days = actions.column("partition.date").cast(pa.date32()).cast(pa.int32()).to_numpy().astype(np.int64)
         key_min = key_max = None
-        kind = etype.attributes.get(etype.key or "")
-        if kind in _KEY_STATS and f"min.{etype.key}" in names and f"max.{etype.key}" in names:
-            key_min = np.array(actions.column(f"min.{etype.key}").to_pylist(), dtype=object)
-            key_max = np.array(actions.column(f"max.{etype.key}").to_pylist(), dtype=object)
+        kind = etype.attributes.get(etype.partition_key or "")
+        if kind in _KEY_STATS and f"min.{etype.partition_key}" in names and f"max.{etype.partition_key}" in names:
+            key_min = np.array(actions.column(f"min.{etype.partition_key}").to_pylist(), dtype=object)
+            key_max = np.array(actions.column(f"max.{etype.partition_key}").to_pylist(), dtype=object)
         root = uri.rstrip("/")
         return cls(
             paths=[f"{root}/{unquote(p)}" for p in actions.column("path").to_pylist()],
@@ -406,7 +407,7 @@ class ArchiveReader:
         if v.unreadable is not None:
             raise UnreadableTableError(v.unreadable)
         etype = self.types([name])[name]
-        schema = etype.record_schema()
+        schema = record_schema(etype)
         schema = schema.remove(schema.get_field_index("ingest_seq")).remove(schema.get_field_index("ingested_at"))
         paths = [p for p, keep in zip(v.files.paths, v.files.select(request)) if keep]
         if not paths:
@@ -417,8 +418,9 @@ class ArchiveReader:
         if span is not None:
             lo, hi = (pa.scalar(t, pa.int64()).cast(TS_TYPE) for t in span)
             where = (ds.field(end) >= lo) & (ds.field(end) < hi)
-        if None not in request and etype.key is not None:
-            keys = ds.field(etype.key).isin(pa.array(list(request), type=schema.field(etype.key).type))
+        if None not in request and etype.partition_key is not None:
+            key = etype.partition_key
+            keys = ds.field(key).isin(pa.array(list(request), type=schema.field(key).type))
             where = keys if where is None else where & keys
         table = ds.dataset(paths, schema=schema, format="parquet").to_table(filter=where)
         return table.filter(pa.array(request_mask(etype, table, request)))

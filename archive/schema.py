@@ -19,19 +19,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from engine.event_type import EventType, SchemaError
 from engine.events import Event
 
-AttrType = Literal["string", "int", "float", "bool", "timestamp"]
-ATTR_TYPES: tuple[str, ...] = get_args(AttrType)
 TS_TYPE = pa.timestamp("us", tz="UTC")
 ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
@@ -40,113 +37,34 @@ ARROW_TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
     "timestamp": TS_TYPE,
 }
-RESERVED = frozenset({"id", "ts", "type", "date", "ingested_at", "ingest_seq", "ts_end", "duration"})
 US_PER_DAY = 86_400_000_000
-_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 CATALOG_FILE = "_lace/types.json"
 
 
-class SchemaError(ValueError):
-    """An invalid event type, an incompatible schema change, or events that do not fit their type."""
+def record_schema(etype: EventType) -> pa.Schema:
+    """WAL / recent-buffer schema of ``etype``: ``id``, ``ts``, ``ts_end`` (interval types), the attributes,
+    ``ingested_at``, ``ingest_seq``.
 
+    ``ingest_seq`` (nullable int64) is the event's position in the service's durable ingest order
+    (docs/architecture.md section 4): the restart replay reads from a statement's checkpointed position
+    and feeds events in this order. Null for events that were not ingested by the live runtime (derived
+    events, tables appended directly, rows written before the column existed).
 
-@dataclass(frozen=True, slots=True)
-class EventType:
-    """A registered event type (a stream): its attributes and its partition key.
-
-    Parameters
-    ----------
-    name : str
-        Type name; also the name of its Delta table directory under the archive root.
-    attributes : Mapping[str, AttrType]
-        Attribute name -> ``string | int | float | bool | timestamp`` (timestamps are int
-        microseconds UTC in events), in column order.
-    key : str, optional
-        The attribute archive requests select by (e.g. a sensor id); None: requests on
-        this type select by time only.
-    interval : bool
-        An interval type (issue 15): its events carry ``ts_end`` (> ``ts``), stored in a
-        ``ts_end`` column; it cannot change once registered.
-
-    Examples
-    --------
-    >>> t = EventType("traffic", {"key": "string", "speed": "int"}, key="key")
-    >>> t.record_schema().names
+    >>> record_schema(EventType("traffic", {"key": "string", "speed": "int"}, "key")).names
     ['id', 'ts', 'key', 'speed', 'ingested_at', 'ingest_seq']
-    >>> t.evolve(EventType("traffic", {"status": "string"})).attributes
-    {'key': 'string', 'speed': 'int', 'status': 'string'}
     """
+    cols = [pa.field("id", pa.int64(), nullable=False), pa.field("ts", TS_TYPE, nullable=False)]
+    if etype.interval:
+        cols.append(pa.field("ts_end", TS_TYPE, nullable=False))
+    cols += [pa.field(a, ARROW_TYPES[k]) for a, k in etype.attributes.items()]
+    cols.append(pa.field("ingested_at", TS_TYPE, nullable=False))
+    cols.append(pa.field("ingest_seq", pa.int64()))
+    return pa.schema(cols)
 
-    name: str
-    attributes: Mapping[str, AttrType] = field(default_factory=dict)
-    key: str | None = None
-    interval: bool = False
 
-    def __post_init__(self) -> None:
-        if not _NAME_RE.match(self.name):
-            raise SchemaError(f"event type name {self.name!r} must match {_NAME_RE.pattern}")
-        object.__setattr__(self, "attributes", dict(self.attributes))
-        for attr, kind in self.attributes.items():
-            if attr in RESERVED:
-                reserved = ", ".join(sorted(RESERVED))
-                raise SchemaError(f"type {self.name}: attribute name {attr!r} is reserved ({reserved})")
-            if not _NAME_RE.match(attr):
-                raise SchemaError(f"type {self.name}: attribute name {attr!r} must match {_NAME_RE.pattern}")
-            if kind not in ATTR_TYPES:
-                raise SchemaError(f"type {self.name}: attribute {attr!r} has unknown type {kind!r}")
-        if self.key is not None and self.key not in self.attributes:
-            raise SchemaError(f"type {self.name}: key {self.key!r} is not an attribute")
-
-    def evolve(self, newer: EventType) -> EventType:
-        """This type with the new attributes of ``newer`` appended (schema evolution).
-
-        Raises
-        ------
-        SchemaError
-            When ``newer`` changes the type of an existing attribute or the key.
-        """
-        if newer.name != self.name:
-            raise SchemaError(f"cannot evolve type {self.name} with type {newer.name}")
-        if newer.interval != self.interval:
-            kinds = ("a point type", "an interval type")
-            raise SchemaError(f"type {self.name} is {kinds[self.interval]}, cannot make it {kinds[newer.interval]}")
-        if newer.key is not None and self.key is not None and newer.key != self.key:
-            raise SchemaError(f"type {self.name}: key is {self.key!r}, cannot change it to {newer.key!r}")
-        merged = dict(self.attributes)
-        for attr, kind in newer.attributes.items():
-            if attr in merged and merged[attr] != kind:
-                raise SchemaError(f"type {self.name}: attribute {attr!r} is {merged[attr]}, cannot change it to {kind}")
-            merged[attr] = kind
-        return EventType(self.name, merged, self.key if self.key is not None else newer.key, self.interval)
-
-    def record_schema(self) -> pa.Schema:
-        """WAL / recent-buffer schema: ``id``, ``ts``, attributes, ``ingested_at``, ``ingest_seq``.
-
-        ``ingest_seq`` (nullable int64) is the event's position in the service's durable ingest order
-        (docs/architecture.md section 4): the restart replay reads from a statement's checkpointed position
-        and feeds events in this order. Null for events that were not ingested by the live runtime (derived
-        events, tables appended directly, rows written before the column existed)."""
-        cols = [pa.field("id", pa.int64(), nullable=False), pa.field("ts", TS_TYPE, nullable=False)]
-        if self.interval:
-            cols.append(pa.field("ts_end", TS_TYPE, nullable=False))
-        cols += [pa.field(a, ARROW_TYPES[k]) for a, k in self.attributes.items()]
-        cols.append(pa.field("ingested_at", TS_TYPE, nullable=False))
-        cols.append(pa.field("ingest_seq", pa.int64()))
-        return pa.schema(cols)
-
-    def table_schema(self) -> pa.Schema:
-        """Delta table schema: the record schema plus the ``date`` partition column."""
-        return self.record_schema().append(pa.field("date", pa.string(), nullable=False))
-
-    def output_schema(self) -> pa.Schema:
-        """Extractor output: ``id``, ``type``, ``ts`` (int64 us), attributes (timestamps as int64 us)."""
-        return output_schema([self])
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"attributes": dict(self.attributes), "key": self.key}
-        if self.interval:
-            out["interval"] = True
-        return out
+def table_schema(etype: EventType) -> pa.Schema:
+    """Delta table schema of ``etype``: :func:`record_schema` plus the ``date`` partition column."""
+    return record_schema(etype).append(pa.field("date", pa.string(), nullable=False))
 
 
 def output_schema(types: Sequence[EventType]) -> pa.Schema:
@@ -195,7 +113,7 @@ def events_to_record(
             raise SchemaError(
                 f"event {e.id} ({etype.name}): unknown attribute(s) {', '.join(extra)}; register them first"
             )
-    schema = etype.record_schema()
+    schema = record_schema(etype)
     try:
         cols = [
             pa.array([e.id for e in events], pa.int64()),
@@ -242,7 +160,7 @@ def normalize_record(etype: EventType, table: pa.Table, *, ingested_at_us: int) 
     if "ingested_at" not in names:
         table = table.append_column("ingested_at", pa.array([ingested_at_us] * n, pa.int64()).cast(TS_TYPE))
     try:
-        return conform(table, etype.record_schema())
+        return conform(table, record_schema(etype))
     except SchemaError as exc:
         raise SchemaError(f"type {etype.name}: {exc}") from exc
 
@@ -288,7 +206,7 @@ def record_to_output(etype: EventType, table: pa.Table) -> pa.Table:
     for attr, kind in etype.attributes.items():
         col = table.column(attr) if attr in table.column_names else pa.nulls(n, ARROW_TYPES[kind])
         cols.append(col.cast(pa.int64()) if kind == "timestamp" else col)
-    return pa.Table.from_arrays(cols, schema=etype.output_schema())
+    return pa.Table.from_arrays(cols, schema=output_schema([etype]))
 
 
 def output_to_events(table: pa.Table) -> list[Event]:
@@ -313,12 +231,7 @@ def load_catalog(root: str | Path) -> dict[str, EventType]:
     if not path.exists():
         return {}
     data = json.loads(path.read_text(encoding="utf-8"))
-    return {
-        name: EventType(
-            name, cast(dict[str, AttrType], spec["attributes"]), spec.get("key"), bool(spec.get("interval", False))
-        )
-        for name, spec in data.items()
-    }
+    return {name: EventType.from_catalog(name, spec) for name, spec in data.items()}
 
 
 def save_catalog(root: str | Path, types: Mapping[str, EventType]) -> None:
@@ -327,7 +240,7 @@ def save_catalog(root: str | Path, types: Mapping[str, EventType]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({n: t.to_json() for n, t in sorted(types.items())}, f, indent=1)
+        json.dump({n: t.catalog_json() for n, t in sorted(types.items())}, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

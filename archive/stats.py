@@ -169,7 +169,7 @@ class ArchiveStats:
         hit = self._cached(cache_key)
         if isinstance(hit, Selectivity):
             return hit
-        key_attrs = {t.key for t in etypes.values()}
+        key_attrs = {t.partition_key for t in etypes.values()}
         by_key = len(key_attrs) == 1 and None not in key_attrs and compiled.partition_by == tuple(key_attrs)
         sample: list[Hashable] | None = None
         total = sampled = 0

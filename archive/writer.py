@@ -26,17 +26,17 @@ import pyarrow as pa
 from archive.buffer import RecentBuffer
 from archive.schema import (
     CATALOG_FILE,
-    EventType,
-    SchemaError,
     conform,
     events_to_record,
     load_catalog,
     merge_types,
     normalize_record,
+    record_schema,
     save_catalog,
     with_date,
 )
 from archive.wal import DEFAULT_SEGMENT_BYTES, WriteAheadLog
+from engine.event_type import EventType, SchemaError
 from engine.events import Event
 
 __all__ = ["APP_ID", "ArchiveWriter", "RecentBuffer", "committed_seq", "table_names"]
@@ -233,7 +233,7 @@ class ArchiveWriter:
             n = 0
             for name, tables in chunks.items():
                 etype = types[name]
-                schema = etype.record_schema()
+                schema = record_schema(etype)
                 table = with_date(pa.concat_tables([conform(t, schema) for t in tables]))
                 self._crash_point("archive.flush.before_commit")
                 self._commit(etype, table, top)
@@ -285,7 +285,7 @@ class ArchiveWriter:
 
         for name in list(self.buffer.types()):
             etype = self.types[name]
-            schema = etype.record_schema()
+            schema = record_schema(etype)
             for seq, table in self.buffer.chunks(name):
                 try:
                     self._commit(etype, with_date(conform(table, schema)), seq)

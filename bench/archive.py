@@ -42,7 +42,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from archive.schema import EventType
+from engine.event_type import EventType
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "aarhus" / "aarhus_traffic_2014-08_09.parquet"
 TRAFFIC = EventType(
@@ -56,7 +56,7 @@ TRAFFIC = EventType(
         "status": "string",
         "report_id": "int",
     },
-    key="key",
+    partition_key="key",
 )
 HOUR_US = 3_600_000_000
 

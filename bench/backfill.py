@@ -49,8 +49,8 @@ def build(rows: int | None, rebuild: bool) -> tuple[Path, Path, int, int, int]:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from archive.schema import EventType
     from archive.writer import ArchiveWriter
+    from engine.event_type import EventType
 
     tag = "all" if rows is None else str(rows)
     root, csv_path, meta_path = CACHE / f"archive-{tag}", CACHE / f"events-{tag}.csv", CACHE / f"meta-{tag}.json"
@@ -78,7 +78,7 @@ def build(rows: int | None, rebuild: bool) -> tuple[Path, Path, int, int, int]:
         "ndt_kmh": pa.array([ndt.get(k) for k in keys], pa.float64()),
     })
     etype = EventType("traffic", {"key": "int", "avg_speed": "int", "vehicle_count": "int", "ndt_kmh": "float"},
-                      key="key")
+                      partition_key="key")
     t0 = time.perf_counter()
     with ArchiveWriter(root, types=[etype], flush_rows=50_000, flush_age_s=3600.0, fsync=False) as writer:
         for start in range(0, n, 100_000):

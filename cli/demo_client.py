@@ -84,7 +84,7 @@ class _Demo:
 
         names = []
         for t in infer_event_types(events, KEY):
-            body = {"name": t.name, "attributes": dict(t.attributes), "partition_key": t.key}
+            body = {"name": t.name, "attributes": dict(t.attributes), "partition_key": t.partition_key}
             self.request("POST", "/event-types", 201, json=body)
             names.append(t.name)
         return names

@@ -88,7 +88,7 @@ def infer_event_types(events: Iterable[Event], key_attr: str | None = None) -> l
     ReplayError
         When an attribute mixes strings (or booleans) with numbers, or a name is not allowed.
     """
-    from archive.schema import AttrType, EventType, SchemaError
+    from engine.event_type import AttrType, EventType, SchemaError
 
     kinds: dict[str, dict[str, str]] = {}
     for e in events:

@@ -46,7 +46,7 @@ from service.core.metrics import Metrics
 from service.core.security import hash_api_key
 from service.db.models import ApiKeyRow, EventTypeRow, QueryRow
 from service.db.session import make_engine, make_session_factory
-from service.event_type import archive_type, type_spec
+from service.event_type import event_type
 from service.gc_policy import GcPolicy
 from service.live.runtime import LiveRuntime, RunOptions
 from service.maintenance_job import MaintenanceJob
@@ -82,7 +82,7 @@ def _open_archive(settings: Settings, rows: list[EventTypeRow]) -> Any:
 
     writer = ArchiveWriter(
         settings.archive_root,
-        types=[archive_type(r) for r in rows],
+        types=[event_type(r) for r in rows],
         flush_rows=settings.archive_flush_rows,
         flush_age_s=settings.archive_flush_age_s,
         fsync=settings.archive_fsync,
@@ -146,7 +146,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         ),
     )
     for row in type_rows:
-        runtime.set_type(type_spec(row))
+        runtime.set_type(event_type(row))
     for q in query_rows:
         try:
             # the plan its trial chose (issue 16); the service's limits are not checked again
@@ -158,7 +158,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
     if archive is not None:
         from service.live.recovery import rebuild
 
-        stats = rebuild(runtime, settings.archive_root, {r.name: type_spec(r) for r in type_rows})
+        stats = rebuild(runtime, settings.archive_root, {r.name: event_type(r) for r in type_rows})
         log.info("restart replay: %s", stats)
     return engine, sessions, runtime
 

@@ -1,20 +1,20 @@
 """The event type of the service, converted in one place (issue 24: one model per concept).
 
-A registered event type is stored as an :class:`~service.db.models.EventTypeRow`; every other shape
-of it is made from that row here, and nowhere else:
+An event type is one model, :class:`engine.event_type.EventType`, that ingest, the statements, the
+event-time module and the archive all use. The service stores it as an
+:class:`~service.db.models.EventTypeRow` and shows it as REST shapes; both conversions are here, and
+nowhere else:
 
-* :func:`type_spec` — the live engine's :class:`~service.live.events.TypeSpec` (validation, lateness,
-  interval, maximum duration);
-* :func:`archive_type` — the archive's :class:`~archive.schema.EventType` (attributes, key, interval);
+* :func:`event_type` — the row as the model (the runtime, the archive and the restart replay get it);
 * :func:`public` — the REST shape :class:`~service.schemas.resources.EventTypePublic`;
 
 and the operations of ``/event-types`` (:func:`create`, :func:`update`, :func:`delete`) with their checks
-(:func:`checked_archive_type`, :func:`check_defaults`, :func:`used_attributes`). Their errors are
+(:func:`checked_event_type`, :func:`check_defaults`, :func:`used_attributes`). Their errors are
 :class:`~service.core.errors.ApiError` with their HTTP status, naming the request field.
 
-A new field of a type (such as ``interval``, issue 15) is added to the row and to these three
-functions; a place that builds one of these shapes from a row by itself forgets it (issue 24 item 1:
-the archive was opened with interval types as point types and the service did not start).
+A new field of a type (such as ``interval``, issue 15) is added to the model, the row and these two
+functions; a place that builds the model from a row by itself forgets it (issue 24 item 1: the archive
+was opened with interval types as point types and the service did not start).
 """
 from __future__ import annotations
 
@@ -24,46 +24,38 @@ from typing import TYPE_CHECKING, Any, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from archive.schema import SchemaError
+from engine.event_type import AttrType, EventType, SchemaError
 from service.core.errors import ApiError
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
-from service.live.events import CHECKERS, TypeSpec
+from service.live.events import CHECKERS
 from service.schemas.common import iso
 from service.schemas.resources import EventTypeCreate, EventTypeEnd, EventTypePublic, EventTypeUpdate
 
 if TYPE_CHECKING:
-    from archive.schema import AttrType, EventType
     from service.live.runtime import LiveRuntime
 
 
-def type_spec(row: EventTypeRow) -> TypeSpec:
-    """The live engine's view of ``row``: attributes, partition key, lateness (us), defaults, interval, derived."""
-    return TypeSpec(
-        row.name,
-        dict(row.attributes),
-        row.partition_key,
-        row.allowed_lateness_us,
-        dict(row.defaults or {}),
-        bool(row.interval),
-        row.max_duration_us,
-        bool(row.derived),
-        row.ended_at_us is not None,
-        row.end_ts_us,
-    )
-
-
-def archive_type(row: EventTypeRow) -> EventType:
-    """The archive's view of ``row``: attributes, key and whether it is an interval type.
+def event_type(row: EventTypeRow) -> EventType:
+    """The :class:`~engine.event_type.EventType` of ``row`` (lateness and maximum duration in microseconds).
 
     Raises
     ------
-    archive.schema.SchemaError
-        When the row is not a valid archive type (a reserved or malformed name).
+    engine.event_type.SchemaError
+        When the row is not a valid type (a reserved or malformed name).
     """
-    from archive.schema import EventType
-
-    return EventType(row.name, cast("dict[str, AttrType]", dict(row.attributes)), row.partition_key, bool(row.interval))
+    return EventType(
+        row.name,
+        cast("dict[str, AttrType]", dict(row.attributes)),
+        row.partition_key,
+        interval=bool(row.interval),
+        defaults=dict(row.defaults or {}),
+        lateness_us=row.allowed_lateness_us or 0,
+        max_duration_us=row.max_duration_us,
+        derived=bool(row.derived),
+        ended=row.ended_at_us is not None,
+        end_ts_us=row.end_ts_us,
+    )
 
 
 def public(row: EventTypeRow) -> EventTypePublic:
@@ -84,8 +76,8 @@ def public(row: EventTypeRow) -> EventTypePublic:
     )
 
 
-def checked_archive_type(row: EventTypeRow) -> EventType:
-    """:func:`archive_type` of a row made from a request.
+def checked_event_type(row: EventTypeRow) -> EventType:
+    """:func:`event_type` of a row made from a request.
 
     Raises
     ------
@@ -96,7 +88,7 @@ def checked_archive_type(row: EventTypeRow) -> EventType:
     if row.partition_key is not None and row.partition_key not in row.attributes:
         raise ApiError(422, f"partition key {row.partition_key!r} is not one of the attributes", "body.partition_key")
     try:
-        return archive_type(row)
+        return event_type(row)
     except SchemaError as e:
         raise ApiError(422, str(e), "body.name" if "type name" in str(e) else "body.attributes") from None
 
@@ -160,7 +152,7 @@ def create(session: Session, runtime: LiveRuntime, body: EventTypeCreate) -> Eve
     Raises
     ------
     ApiError
-        422 (:func:`checked_archive_type`, :func:`check_defaults`; 422 on ``body.defaults.<key>`` for a default
+        422 (:func:`checked_event_type`, :func:`check_defaults`; 422 on ``body.defaults.<key>`` for a default
         of the partition key); 409 on ``body.name`` when the type exists, on ``body.attributes`` when the archive
         holds an incompatible type of that name.
     """
@@ -176,7 +168,7 @@ def create(session: Session, runtime: LiveRuntime, body: EventTypeCreate) -> Eve
         created_at_us=t,
         updated_at_us=t,
     )
-    etype = checked_archive_type(row)
+    etype = checked_event_type(row)
     with runtime.control, runtime.lock:
         if session.get(EventTypeRow, body.name) is not None:
             raise ApiError(409, f"event type {body.name!r} exists (PATCH it to add attributes)", "body.name")
@@ -193,7 +185,7 @@ def create(session: Session, runtime: LiveRuntime, body: EventTypeCreate) -> Eve
         row.defaults = defaults
         session.add(row)
         session.commit()
-        runtime.set_type(type_spec(row))
+        runtime.set_type(event_type(row))
     return row
 
 
@@ -208,7 +200,7 @@ def update(session: Session, runtime: LiveRuntime, name: str, body: EventTypeUpd
         refuses the evolution, on ``body.remove`` for the partition key or an attribute queries use, on
         ``body.allowed_lateness_ms`` for a larger lateness while active queries read the type; 422 on
         ``body.remove`` for an unknown attribute, on ``body.defaults...`` (:func:`check_defaults`, the
-        partition key), and those of :func:`checked_archive_type`.
+        partition key), and those of :func:`checked_event_type`.
     """
     with runtime.control, runtime.lock:
         row = get(session, name)
@@ -236,7 +228,7 @@ def update(session: Session, runtime: LiveRuntime, name: str, body: EventTypeUpd
         defaults.update(check_defaults(dict(body.defaults or {}), merged, "body.defaults"))
         if row.partition_key is not None and row.partition_key in defaults:
             raise ApiError(422, "the partition key cannot be optional", f"body.defaults.{row.partition_key}")
-        etype = checked_archive_type(
+        etype = checked_event_type(
             EventTypeRow(name=name, attributes=merged, partition_key=row.partition_key, interval=row.interval)
         )
         lateness_us = row.allowed_lateness_us if body.allowed_lateness_ms is None else body.allowed_lateness_ms * 1_000
@@ -258,7 +250,7 @@ def update(session: Session, runtime: LiveRuntime, name: str, body: EventTypeUpd
         row.allowed_lateness_us = lateness_us
         row.updated_at_us = now_us()
         session.commit()
-        runtime.set_type(type_spec(row))
+        runtime.set_type(event_type(row))
     return row
 
 
@@ -290,7 +282,7 @@ def end(session: Session, runtime: LiveRuntime, name: str) -> EventTypeEnd:
         row.end_ts_us = runtime.event_time.newest.get(name)
         row.updated_at_us = row.ended_at_us
         session.commit()
-        closed = runtime.end_type(type_spec(row))
+        closed = runtime.end_type(event_type(row))
     return EventTypeEnd(
         name=name, end_ts=None if row.end_ts_us is None else iso(row.end_ts_us), ended_at=iso(row.ended_at_us),
         already_ended=False, queries=closed.queries, results=closed.results, live_archived_pending=closed.pending,

@@ -28,10 +28,10 @@ from typing import Any, cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from archive.schema import SchemaError
 from engine.compiler import CompiledQuery
 from engine.detector import RuleStatement, Statement, compile_statement
 from engine.durations import parse_duration_us
+from engine.event_type import SchemaError
 from engine.limits import check_limits
 from engine.lql.ast import Schema
 from engine.lql.errors import QueryError
@@ -40,7 +40,7 @@ from engine.rules.graph import statement_ast
 from service.core.errors import ApiError, get_or_404
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
-from service.event_type import checked_archive_type, type_spec
+from service.event_type import checked_event_type, event_type
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import iso
 from service.schemas.resources import (
@@ -194,7 +194,7 @@ def check_flow(session: Session, runtime: LiveRuntime, compiled: AnyStatement, q
     ApiError
         409 on ``body.text`` for an ingested type, another schema or an incompatible archived type; 422 on
         ``body.text`` (with line and column) for a cycle, 422 on ``body.name`` / ``body.attributes`` for a type
-        the archive cannot hold (:func:`service.event_type.checked_archive_type`).
+        the archive cannot hold (:func:`service.event_type.checked_event_type`).
     """
     emit = compiled.emit_into
     if emit is None:
@@ -227,7 +227,7 @@ def check_flow(session: Session, runtime: LiveRuntime, compiled: AnyStatement, q
             name=emit, attributes=schema, partition_key=existing.partition_key if existing else None, interval=interval
         )
         try:
-            runtime.archive.register(checked_archive_type(derived))
+            runtime.archive.register(checked_event_type(derived))
         except SchemaError as e:
             raise ApiError(409, f"EMIT INTO {emit}: the archive holds an incompatible type: {e}", "body.text") from None
     t = now_us()
@@ -240,7 +240,7 @@ def check_flow(session: Session, runtime: LiveRuntime, compiled: AnyStatement, q
     elif dict(existing.attributes) != schema:
         existing.attributes = schema
         existing.updated_at_us = t
-    runtime.set_type(type_spec(existing))
+    runtime.set_type(event_type(existing))
 
 
 def check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from engine.event_type import EventType
 from engine.events import MAX_TS_US, MIN_TS_US
 from engine.io import parse_iso_us
 from engine.rules.derived import DERIVED_ID_MIN
@@ -173,55 +173,9 @@ CHECKERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-@dataclass(slots=True)
-class TypeSpec:
-    """A registered event type as the live engine sees it.
-
-    Attributes
-    ----------
-    name : str
-    attributes : dict[str, str]
-        Attribute -> ``string | int | float | bool | timestamp``.
-    partition_key : str | None
-        The attribute archive requests select by.
-    lateness_us : int
-        Allowed lateness, microseconds.
-    defaults : dict[str, Any]
-        Optional attributes -> the value an event without one (or with ``null``) gets; a ``None``
-        default leaves it missing. Attributes not listed are required.
-    interval : bool
-        An interval type (issue 15): each event needs ``ts_end`` > ``ts``; its watermark runs on ``ts_end``.
-    max_duration_us : int | None
-        An interval type's longest event (``ts_end - ts``), microseconds; longer ones are refused. It
-        bounds how long a partial match waits on an interval that started long ago (None: no bound).
-    derived : bool
-        Made by EMIT INTO (issue 24): its events come from the statements only; producers cannot post it.
-    ended : bool
-        Its stream ended (``POST /event-types/{name}/end``): its watermark is the end of time, no event of it
-        is taken again (:class:`service.live.event_time.EventTime`).
-    end_ts_us : int | None
-        Its newest event time when it ended, int microseconds UTC (None: not ended, or it had sent nothing).
-    """
-
-    name: str
-    attributes: dict[str, str]
-    partition_key: str | None
-    lateness_us: int
-    defaults: dict[str, Any] = field(default_factory=dict)
-    interval: bool = False
-    max_duration_us: int | None = None
-    derived: bool = False
-    ended: bool = False
-    end_ts_us: int | None = None
-    checks: list[tuple[str, Callable[[Any], Any]]] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.checks = [(a, CHECKERS[k]) for a, k in self.attributes.items()]
-
-
 def validate_event(
-    raw: Any, types: Mapping[str, TypeSpec]
-) -> tuple[TypeSpec, int | None, int, dict[str, Any], int]:
+    raw: Any, types: Mapping[str, EventType]
+) -> tuple[EventType, int | None, int, dict[str, Any], int]:
     """Check one raw event; return ``(type, id or None, ts_us, attrs, ts_end_us)``.
 
     ``ts_end_us`` is ``ts_us`` for an event of a point type; an event of an interval type needs
@@ -285,7 +239,7 @@ def validate_event(
     out: dict[str, Any] = {}
     known = 0
     defaults = spec.defaults
-    for attr, check in spec.checks:
+    for attr, kind in spec.attributes.items():
         v = attrs.get(attr, _MISSING)
         if (v is _MISSING or v is None) and attr in defaults:
             known += v is not _MISSING
@@ -298,9 +252,9 @@ def validate_event(
         if v is None:  # null without a default: a missing value, left out of the event
             continue
         try:
-            out[attr] = check(v)
+            out[attr] = CHECKERS[kind](v)
         except ValueError as e:
-            raise EventInvalid(prefix + attr, f"{e} ({spec.name}.{attr} is {spec.attributes[attr]})") from None
+            raise EventInvalid(prefix + attr, f"{e} ({spec.name}.{attr} is {kind})") from None
     if n_other != known:
         extra = sorted(k for k in attrs if k not in out and (prefix or k not in HEADER_KEYS))
         raise EventInvalid(prefix + extra[0], f"unknown attribute of type {spec.name}")

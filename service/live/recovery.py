@@ -33,12 +33,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import update
 
+from engine.event_type import EventType
 from engine.events import Event
 from engine.rules.derived import DERIVED_ID_MIN
 from service.core.faults import crash_point
 from service.db.models import QueryRow
 from service.db.session import transaction
-from service.live.events import TypeSpec
 from service.live.ingest import content_digest
 from service.live.live_query import LiveQuery
 from service.live.outbox import Found
@@ -224,7 +224,7 @@ class Row:
     seq: int | None
 
 
-def read_rows(root: Path, spec: TypeSpec, *, from_seq: int | None, since: tuple[int, int] | None) -> list[Row]:
+def read_rows(root: Path, spec: EventType, *, from_seq: int | None, since: tuple[int, int] | None) -> list[Row]:
     """Archived events of ``spec`` at ``ingest_seq >= from_seq``, or stamped after ``since[0]``
     (``ingested_at``) and ending at or after ``since[1]`` (event time), int us; sorted in ingest order
     (``ingested_at``, then ``ingest_seq``; rows written before ``ingest_seq`` existed by (ts_end, id)).
@@ -300,7 +300,7 @@ def record_cut(rt: LiveRuntime, lq: LiveQuery, h: Horizon) -> None:
         )
 
 
-def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, TypeSpec]) -> dict[str, int]:
+def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict[str, int]:
     """Replay the archive into ``rt``'s statements (started with their checkpointed ``resume_seq``) and continue
     the ingest order after the archive's; return counters for the log.
 

@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from engine.compiler import CompiledQuery
 from engine.detector import DEFAULT_TOLERANCE_US, Detector, RuleStatement, Statement, detector_for, make_detector
+from engine.event_type import EventType
 from engine.events import Event
 from engine.limits import QueryLimits
 from engine.live_archived.base import ArchiveWork
@@ -43,7 +44,6 @@ from service.core.metrics import Metrics
 from service.db.session import now_us, transaction
 from service.live.applying_lock import ApplyingLock
 from service.live.event_time import EventTime
-from service.live.events import TypeSpec
 from service.live.gauges import refresh_gauges
 from service.live.ingest import Ingest, IngestResult
 from service.live.ingest_order import IngestOrder
@@ -127,7 +127,7 @@ class LiveRuntime:
         self.stamp_lock = threading.Lock()
         """Orders activation instants (:meth:`activation_us`) and ingest stamps: a change deferred before a
         request's stamp applies to it, one deferred after applies from the next request."""
-        self.types: dict[str, TypeSpec] = {}
+        self.types: dict[str, EventType] = {}
         self.queries: dict[int, LiveQuery] = {}
         self.offered: dict[int, LiveQuery] = {}
         """The statements run by live-and-archived workers, which :meth:`offer` hands events (the others are
@@ -160,7 +160,7 @@ class LiveRuntime:
 
     # ------------------------------------------------------------------ registry
 
-    def set_type(self, spec: TypeSpec) -> None:
+    def set_type(self, spec: EventType) -> None:
         """Register or replace an event type (call with the lock held when queries are live)."""
         with self.lock:
             self.types[spec.name] = spec
@@ -172,7 +172,7 @@ class LiveRuntime:
             self.types.pop(name, None)
             self.event_time.reopen(name)
 
-    def end_type(self, spec: TypeSpec) -> Ended:
+    def end_type(self, spec: EventType) -> Ended:
         """End the stream of ``spec`` (its row records the end: ``spec.ended``; call under :attr:`control`):
         its watermark becomes the end of time (:class:`~service.live.event_time.EventTime`), the rule graph's
         statements advance (their results are recorded now) and the live-and-archived workers are offered the

@@ -16,7 +16,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from archive.schema import RESERVED
+from engine.event_type import RESERVED
 from engine.options import Algorithm, PmPolicy
 from service.core.security import Scope
 from service.schemas.common import Id, Name, WireTs, json_int_type

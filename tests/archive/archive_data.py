@@ -7,15 +7,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from archive.schema import EventType
+from engine.event_type import EventType
 from engine.events import Event
 
 T0_US = 1_407_000_000_000_000  # 2014-08-02T17:20:00Z
 MINUTE_US = 60_000_000
 DAY_US = 86_400_000_000
 
-TRAFFIC = EventType("traffic", {"key": "string", "speed": "int", "ok": "bool"}, key="key")
-PARKING = EventType("parking", {"key": "string", "free": "float", "seen": "timestamp"}, key="key")
+TRAFFIC = EventType("traffic", {"key": "string", "speed": "int", "ok": "bool"}, partition_key="key")
+PARKING = EventType("parking", {"key": "string", "free": "float", "seen": "timestamp"}, partition_key="key")
 KEYS = [f"s{i}" for i in range(12)]
 
 

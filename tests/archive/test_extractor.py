@@ -8,7 +8,7 @@ import pytest
 
 from archive.extractor import Extractor
 from archive.reader import ArchiveReader
-from archive.schema import conform, output_to_events, with_date
+from archive.schema import conform, output_to_events, record_schema, with_date
 from archive.writer import ArchiveWriter
 from tests.archive.archive_data import DAY_US, KEYS, PARKING, T0_US, TRAFFIC, make_events, python_filter
 
@@ -90,7 +90,7 @@ def test_events_being_flushed_are_not_returned_twice(loaded, spark):
     top, chunks = writer.buffer.take()
     for name, tables in chunks.items():  # commit the buffer but keep it, as in the middle of a flush
         etype = writer.types[name]
-        writer._commit(etype, with_date(pa.concat_tables([conform(t, etype.record_schema()) for t in tables])), top)
+        writer._commit(etype, with_date(pa.concat_tables([conform(t, record_schema(etype)) for t in tables])), top)
     assert writer.buffer.rows == 300
     expected = python_filter(events, {"traffic", "parking"}, None, span)
     assert pairs(ex.extract(["traffic", "parking"], None, span)) == expected

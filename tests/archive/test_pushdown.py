@@ -7,8 +7,9 @@ import pyarrow as pa
 import pytest
 
 from archive.pushdown import apply_filter, single_event_filter
-from archive.schema import EventType, events_to_record, output_to_events, record_to_output
+from archive.schema import events_to_record, output_schema, output_to_events, record_to_output
 from engine.compiler import compile_query
+from engine.event_type import EventType
 from engine.events import Event
 from engine.matcher import Matcher
 
@@ -90,6 +91,6 @@ def test_missing_columns_and_empty_tables():
     other = EventType("u", {"key": "string", "n": "float"}, "key")  # n of another kind: not translated
     assert single_event_filter(compile_query("PATTERN SEQ(ANY(t, u) c) WHERE c.n > 3").ast, [T, other]) is None
     where = single_event_filter(compile_query("PATTERN SEQ(t c) WHERE c.n > 3").ast, [T])
-    empty = T.output_schema().empty_table()
+    empty = output_schema([T]).empty_table()
     assert apply_filter(empty, where).num_rows == 0
     assert apply_filter(pa.table({"n": pa.array([5, None], pa.int64())}), where).column("n").to_pylist() == [5]

@@ -8,8 +8,8 @@ import pytest
 from archive.extractor import Extractor
 from archive.maintenance import compact, vacuum
 from archive.reader import ArchiveReader, FileIndex, UnreadableTableError, check_filelist_readable
-from archive.schema import EventType
 from archive.writer import ArchiveWriter
+from engine.event_type import EventType
 from engine.events import Event
 from tests.archive.archive_data import DAY_US, PARKING, T0_US, TRAFFIC, make_events, python_filter
 
@@ -133,7 +133,7 @@ def test_interval_types_select_files_by_their_end_and_any_earlier_day():
 
 
 def test_an_interval_event_that_starts_before_the_range_is_read_by_every_path(spark, archive_root, reader_backend):
-    episode = EventType("episode", {"key": "string"}, key="key", interval=True)
+    episode = EventType("episode", {"key": "string"}, partition_key="key", interval=True)
     second = 1_000_000
     with ArchiveWriter(archive_root, types=[episode], flush_rows=1) as w:  # one file each, two days apart
         w.append([Event(1, "episode", T0_US, {"key": "a"}, T0_US + 10 * second)])

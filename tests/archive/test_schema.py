@@ -5,26 +5,27 @@ import pyarrow as pa
 import pytest
 
 from archive.schema import (
-    EventType,
-    SchemaError,
     conform,
     events_to_record,
     load_catalog,
     normalize_record,
     output_to_events,
+    record_schema,
     record_to_output,
     save_catalog,
+    table_schema,
     with_date,
 )
+from engine.event_type import EventType, SchemaError
 from engine.events import Event
 
 T = EventType(
-    "traffic", {"key": "string", "speed": "int", "avg": "float", "ok": "bool", "seen": "timestamp"}, key="key"
+    "traffic", {"key": "string", "speed": "int", "avg": "float", "ok": "bool", "seen": "timestamp"}, partition_key="key"
 )
 
 
 def test_record_and_table_schemas_have_typed_columns_and_utc_timestamps():
-    s = T.table_schema()
+    s = table_schema(T)
     assert s.names == ["id", "ts", "key", "speed", "avg", "ok", "seen", "ingested_at", "ingest_seq", "date"]
     assert s.field("ingest_seq").type == pa.int64() and s.field("ingest_seq").nullable
     assert s.field("id").type == pa.int64()
@@ -42,7 +43,7 @@ def test_events_round_trip_through_record_and_output_shapes():
         Event(2, "traffic", 86_400_000_000, {"key": "b"}),
     ]
     rec = events_to_record(T, events, ingested_at_us=5)
-    assert rec.schema == T.record_schema()
+    assert rec.schema == record_schema(T)
     assert rec.column("ingested_at").cast(pa.int64()).to_pylist() == [5, 5]
     assert output_to_events(record_to_output(T, rec)) == events
 
@@ -72,7 +73,7 @@ def test_events_that_do_not_fit_are_refused(event, message):
         ({"name": "bad name"}, "must match"),
         ({"name": "t", "attributes": {"ts": "int"}}, "reserved"),
         ({"name": "t", "attributes": {"a": "decimal"}}, "unknown type"),
-        ({"name": "t", "attributes": {"a": "int"}, "key": "b"}, "not an attribute"),
+        ({"name": "t", "attributes": {"a": "int"}, "partition_key": "b"}, "not an attribute"),
     ],
 )
 def test_invalid_event_types_are_refused(kwargs, message):
@@ -83,25 +84,25 @@ def test_invalid_event_types_are_refused(kwargs, message):
 def test_evolution_adds_attributes_and_refuses_type_or_key_changes():
     newer = T.evolve(EventType("traffic", {"status": "string", "speed": "int"}))
     assert list(newer.attributes) == [*T.attributes, "status"]
-    assert newer.key == "key"
+    assert newer.partition_key == "key"
     with pytest.raises(SchemaError, match="cannot change it to float"):
         T.evolve(EventType("traffic", {"speed": "float"}))
     with pytest.raises(SchemaError, match="key"):
-        T.evolve(EventType("traffic", {"speed": "int"}, key="speed"))
+        T.evolve(EventType("traffic", {"speed": "int"}, partition_key="speed"))
 
 
 def test_old_records_conform_to_an_evolved_schema_with_null_new_columns():
     old = events_to_record(T, [Event(1, "traffic", 0, {"key": "a"})], ingested_at_us=0)
     newer = T.evolve(EventType("traffic", {"status": "string"}))
-    out = conform(old, newer.record_schema())
-    assert out.schema == newer.record_schema()
+    out = conform(old, record_schema(newer))
+    assert out.schema == record_schema(newer)
     assert out.column("status").to_pylist() == [None]
 
 
 def test_normalize_accepts_int_micros_and_fills_missing_attributes():
     table = pa.table({"id": [1, 2], "ts": [10, 20], "speed": [1, 2], "seen": [5, 6]})
     rec = normalize_record(T, table, ingested_at_us=7)
-    assert rec.schema == T.record_schema()
+    assert rec.schema == record_schema(T)
     assert rec.column("ts").cast(pa.int64()).to_pylist() == [10, 20]
     assert rec.column("key").to_pylist() == [None, None]
     with pytest.raises(SchemaError, match="unknown column"):
@@ -129,11 +130,11 @@ def test_date_of_timestamps_past_2_53_us_and_before_1970_is_exact() -> None:
 
 # ------------------------------------------------------------------ interval types (issue 15)
 
-EPISODE = EventType("episode", {"key": "string", "low": "float"}, key="key", interval=True)
+EPISODE = EventType("episode", {"key": "string", "low": "float"}, partition_key="key", interval=True)
 
 
 def test_interval_types_store_ts_end_and_round_trip(tmp_path) -> None:
-    assert EPISODE.record_schema().names == ["id", "ts", "ts_end", "key", "low", "ingested_at", "ingest_seq"]
+    assert record_schema(EPISODE).names == ["id", "ts", "ts_end", "key", "low", "ingested_at", "ingest_seq"]
     events = [Event(1, "episode", 0, {"key": "a", "low": 3.5}, 600_000_000), Event(2, "episode", 5, {"key": "b"}, 6)]
     rec = events_to_record(EPISODE, events, ingested_at_us=5)
     back = output_to_events(record_to_output(EPISODE, rec))

@@ -4,9 +4,10 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from archive.schema import EventType, SchemaError, load_catalog
+from archive.schema import load_catalog
 from archive.wal import WalLockedError
 from archive.writer import APP_ID, ArchiveWriter, committed_seq
+from engine.event_type import EventType, SchemaError
 from engine.events import Event
 from tests.archive.archive_data import PARKING, T0_US, TRAFFIC, make_events, read_ids
 

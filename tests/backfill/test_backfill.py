@@ -9,10 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from archive.backfill import BackfillError, read_results, run_backfill
-from archive.schema import EventType
 from archive.writer import ArchiveWriter
 from cli.replay import ReplayOptions, run_replay
 from engine.compiler import compile_query
+from engine.event_type import EventType
 from engine.events import Event
 from engine.io import match_line, read_events
 from engine.live_archived.plan import compile_live_archived
@@ -56,7 +56,7 @@ def infer_type(name: str, events: list[Event], key: str) -> EventType:
                 v, float) else "string"
             old = kinds.get(a, k)
             kinds[a] = "float" if {old, k} == {"int", "float"} else old
-    return EventType(name, kinds, key=key)
+    return EventType(name, kinds, partition_key=key)
 
 
 def as_archived(etype: EventType, events: list[Event]) -> list[Event]:

@@ -52,12 +52,13 @@ def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
 def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
     """The service's source gets ``P_A`` with every ``extract`` of the child (it filters a one-event ``P_A``'s
     rows before they are sent, archive.pushdown); what the source returns is what the child matches."""
-    from archive.schema import EventType, events_to_record, record_to_output
+    from archive.schema import events_to_record, record_to_output
+    from engine.event_type import EventType
 
     schemas = {"pass": {"car": "int", "at": "string"}}
     plan = compile(TEXT, schemas)
     assert isinstance(plan, LiveArchivedPlan)
-    etype = EventType("pass", {"car": "int", "at": "string"}, key="car")
+    etype = EventType("pass", {"car": "int", "at": "string"}, partition_key="car")
     archived = Event(1, "pass", 1_000_000, {"car": 7, "at": "A"})
 
     class Source:

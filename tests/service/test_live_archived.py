@@ -81,7 +81,7 @@ def register_types(c: httpx.Client, events: list[Event]) -> None:
     for t in infer_event_types(events, "key"):
         r = c.post(
             "/event-types",
-            json={"name": t.name, "attributes": dict(t.attributes), "partition_key": t.key},
+            json={"name": t.name, "attributes": dict(t.attributes), "partition_key": t.partition_key},
         )
         assert r.status_code == 201, r.text
 

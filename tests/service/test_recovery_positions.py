@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from archive.schema import EventType
 from archive.writer import ArchiveWriter
+from engine.event_type import EventType
 from engine.events import Event
-from service.live.events import TypeSpec
 from service.live.recovery import archived_tops, read_rows
 
 
@@ -27,6 +26,6 @@ def test_a_restart_continues_after_the_newest_archived_position(tmp_path: Path, 
     assert seq == 11
     assert stamp is not None and stamp >= 6_000
     assert tops["wide"] >= 5_000_000
-    spec = TypeSpec("wide", attrs, None, 0)
+    spec = EventType("wide", attrs)
     rows = read_rows(tmp_path, spec, from_seq=9, since=None)
     assert [(r.seq, r.event.id, r.ingested_at) for r in rows] == [(9, 12, 5_000), (10, 13, 6_000), (11, 14, 6_000)]

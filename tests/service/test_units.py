@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from engine.event_type import EventType
 from service.core.config import Settings
 from service.core.security import hash_api_key, new_api_key, signature_header, verify_signature, webhook_secret
-from service.live.events import BodyError, EventInvalid, TypeSpec, parse_body, validate_event
+from service.live.events import BodyError, EventInvalid, parse_body, validate_event
 from service.webhooks.dispatcher import backoff_s
 
 
@@ -76,7 +77,7 @@ def test_bodies_json_array_object_and_ndjson() -> None:
 
 
 def test_event_validation_types_and_units() -> None:
-    spec = TypeSpec("T", {"s": "string", "i": "int", "f": "float", "b": "bool", "t": "timestamp"}, None, 0)
+    spec = EventType("T", {"s": "string", "i": "int", "f": "float", "b": "bool", "t": "timestamp"})
     raw: dict[str, Any] = {
         "type": "T",
         "ts": "2024-01-10T06:00:00+01:00",
@@ -104,7 +105,7 @@ def test_event_validation_types_and_units() -> None:
 
 
 def test_event_validation_null_is_a_missing_value_and_nan_is_refused() -> None:
-    spec = TypeSpec("T", {"s": "string", "f": "float"}, None, 0)
+    spec = EventType("T", {"s": "string", "f": "float"})
     _, _, _, attrs, _ = validate_event({"type": "T", "ts": 1, "s": None, "f": 2.5}, {"T": spec})
     assert attrs == {"f": 2.5}  # as an empty CSV cell or a JSONL null: left out of the event
     _, _, _, attrs, _ = validate_event({"type": "T", "ts": 1, "attrs": {"s": "x", "f": None}}, {"T": spec})
