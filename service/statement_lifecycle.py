@@ -14,6 +14,7 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from engine.detector import statement_class
 from service.core.errors import ApiError
 from service.db.models import QueryRow
 from service.db.session import now_us, session_write_gate
@@ -27,7 +28,6 @@ from service.statement import (
     check_warm,
     compile_row,
     get,
-    kind_of,
     public,
     set_version,
     window_us,
@@ -104,10 +104,11 @@ def deferrable(row: QueryRow, compiled: AnyStatement, state: str, runtime: LiveR
     """Whether an update can start without waiting for the ingest request in flight
     (:meth:`LiveRuntime.start_deferred`): an active statement that ingest does not consult while stamping
     events and that emits nothing, before and after (no filter, no live-and-archived query, no EMIT INTO, no
-    derived input), updated with ``state=reset``. Call under ``runtime.control``."""
-    if state != "reset" or row.state != "active" or row.kind in ("filter", "live_archived") or row.emits:
+    derived input), updated with ``state=reset``: what the statement classes declare (``read_by_ingest``), the
+    stored row's by its ``kind``. Call under ``runtime.control``."""
+    if state != "reset" or row.state != "active" or statement_class(row.kind).read_by_ingest or row.emits:
         return False
-    if kind_of(compiled) in ("filter", "live_archived") or compiled.emit_into is not None:
+    if compiled.read_by_ingest or compiled.emit_into is not None:
         return False
     derived = runtime.emitters.keys()
     return not any(t in derived for t in (*row.types, *compiled.stream_types))
