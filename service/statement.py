@@ -339,7 +339,7 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
     if lq is not None and lq.version != row.version:
         lq = None  # a new version whose start is deferred to the ingest request in flight: it counts from zero
     live_archived = statement_class(row.kind).reads_archive  # what its class declares (a stopped row has no statement)
-    opts = runtime.resolve(RunOptions.from_row(row))
+    opts = runtime.registry.resolve(RunOptions.from_row(row))
     return QueryPublic(
         id=row.id,
         name=row.name,

@@ -49,7 +49,7 @@ def run(
     ValueError
         When the runtime cannot run it.
     """
-    runtime.start_query(
+    runtime.registry.start_query(
         query_id=row.id,
         name=row.name,
         compiled=compiled,
@@ -102,7 +102,7 @@ def start_as_asked(
 
 def deferrable(row: QueryRow, compiled: AnyStatement, state: str, runtime: LiveRuntime) -> bool:
     """Whether an update can start without waiting for the ingest request in flight
-    (:meth:`LiveRuntime.start_deferred`): an active statement that ingest does not consult while stamping
+    (:meth:`StatementRegistry.start_deferred`): an active statement that ingest does not consult while stamping
     events and that emits nothing, before and after (no filter, no live-and-archived query, no EMIT INTO, no
     derived input), updated with ``state=reset``: what the statement classes declare (``read_by_ingest``), the
     stored row's by its ``kind``. Call under ``runtime.control``."""
@@ -178,7 +178,7 @@ def update(
     emit_history: bool,
 ) -> QueryPublic:
     """A new version of query ``query_id`` from ``body`` (compiled as ``compiled``, the plan ``choice`` of its
-    trial): started at once when :func:`deferrable` (:meth:`LiveRuntime.start_deferred`), else after the ingest
+    trial): started at once when :func:`deferrable` (:meth:`StatementRegistry.start_deferred`), else after the ingest
     request in flight (:func:`update_now`).
 
     Raises
@@ -199,7 +199,7 @@ def update(
                 with session_write_gate(session):
                     session.commit()
 
-            runtime.start_deferred(
+            runtime.registry.start_deferred(
                 query_id=row.id, name=row.name, compiled=compiled, options=opts, version=row.version, commit=commit
             )
             return public(row, runtime)
@@ -249,7 +249,7 @@ def pause(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic:
             row.state = "paused"
             row.updated_at_us = now_us()
             session.commit()
-        runtime.stop_query(row.id)
+        runtime.registry.stop_query(row.id)
     return public(row, runtime)
 
 
@@ -315,4 +315,4 @@ def delete(session: Session, runtime: LiveRuntime, query_id: int, cascade: bool)
         session.execute(sql_delete(QueryRow).where(QueryRow.id.in_(ids)))
         session.commit()
         for qid in reversed(ids):
-            runtime.stop_query(qid)
+            runtime.registry.stop_query(qid)
