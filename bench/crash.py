@@ -516,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
               f"ended (already_ended) {got.ended}: {bad or 'all equal'}", flush=True)
         records.append({"run": n, "fault": str(fault), "outcome": {**vars(got), "alerts": None},
                         "diffs": {k: vars(d) for k, d in diffs.items() if d}})
-    print(f"\nCrash suite: `python -m bench.crash --points {args.points} --seed {args.seed} --db {args.db}`, "
+    only = f" --only {args.only}" if args.only else ""
+    print(f"\nCrash suite: `python -m bench.crash --points {args.points} --seed {args.seed} --db {args.db}{only}`, "
           f"{platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; a cell is "
           "lost/duplicated/wrong alerts summed over the point's runs (in parentheses)\n")
     print(table(rows, failed_starts, runs))
