@@ -195,6 +195,7 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
 
     spark = spark_session(job.master)
     _delta_ready(spark)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # also on a session built before
     lateness_ms = -(-job.lateness_us // 1000)
     frame = (
         spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(str(workdir / "source"))
