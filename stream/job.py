@@ -44,7 +44,8 @@ progress: list[dict[str, Any]] = []
 
 
 class StreamJobError(RuntimeError):
-    """A stream job that cannot start or finish (no Delta connector, a checkpoint of another job); one line."""
+    """A stream job that cannot start or finish (no Delta connector, a checkpoint of another job, a failed
+    streaming query); one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +215,11 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         .trigger(availableNow=True)
         .start(str(workdir / "results"))
     )
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    except Exception as e:  # a worker's error (e.g. a plug-in function raising) ends the query: one line
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        raise StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}") from e
     progress.clear()
     progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
     if not (workdir / "results" / "_delta_log").is_dir():
