@@ -157,7 +157,11 @@ class LaceProcessor(StatefulProcessor):
 
 def _place(m: Match, trailing: set[int], window_us: int) -> tuple[int, int, int, int, int]:
     """``(pts, pid, kind, cts, cid)`` of a match (module docstring)."""
-    newest = max((e.ts_end, e.id) for bound in m.events.values() for e in bound)
+    if m._env is not None and m._layout is not None:  # from the binding: m.events would be built and pickled
+        kleene = m._layout[2]
+        newest = max((e.ts_end, e.id) for k, bound in zip(kleene, m._env) for e in (bound if k else (bound,)))
+    else:
+        newest = max((e.ts_end, e.id) for bound in m.events.values() for e in bound)
     if id(m._layout) in trailing:
         deadline = m.start + window_us
         return deadline, AFTER, 0, newest[0], newest[1]
