@@ -7,8 +7,9 @@
 2. Spark reads it with ``readStream.format("delta")`` (the connector from ``LACE_DELTA_JAR``), one version per
    micro-batch, with the allowed lateness as the watermark delay on the event time, groups by key and runs
    :class:`stream.processor.LaceProcessor` in ``transformWithStateInPandas`` (RocksDB state store; timers in
-   event time). Two end-of-stream marker rows, far in event time, move the watermark past every deadline so
-   trailing negations and held-back events come out (the stream's ``flush``).
+   event time). An end-of-stream marker row, far in event time, moves the watermark past every deadline; the
+   no-data micro-batch Spark runs after it fires the timers, so trailing negations and held-back events come out
+   (the stream's ``flush``).
 3. Matches go to a Delta results table (the Delta sink: exactly once per micro-batch with the checkpoint); the
    driver reads it, sorts it into ``lace match``'s emission order (:data:`stream.processor.ORDER`) and writes OUT
    with :class:`engine.match_files.MatchWriter`.
@@ -145,9 +146,11 @@ def _cores(master: str) -> str:
     return str(os.cpu_count() or 2)
 
 
-def write_source(events: Iterator[Event], query: CompiledQuery, path: Path, batch_events: int) -> int:
+def write_source(
+    events: Iterator[Event], query: CompiledQuery, path: Path, batch_events: int, lateness_us: int = 0
+) -> int:
     """Write ``events`` as the stream's Delta source table at ``path`` (delta-rs), ``batch_events`` per version,
-    then the two end-of-stream markers; returns the number of events written."""
+    then the end-of-stream marker (``lateness_us`` beyond every deadline); returns the number of events written."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -179,11 +182,10 @@ def write_source(events: Iterator[Event], query: CompiledQuery, path: Path, batc
         write([(repr(key_of(x)), x.ts_end, x.id, dumps(x, proto)) for x in chunk])
         n += len(chunk)
         newest = max(newest, max(x.ts_end for x in chunk))
-    # end of stream: the watermark must pass every deadline (window + lateness after the newest event); one marker
-    # moves it, the next micro-batch fires the timers
-    end = newest + (query.window_us or 0) + 3_600_000_000
-    for _ in range(2):
-        write([(END_KEY, end, 0, b"")])
+    # end of stream: the watermark (the marker's ts - lateness) must pass every deadline (at most a window after the
+    # newest event); Spark's no-data micro-batch after the marker's fires the timers
+    end = newest + (query.window_us or 0) + lateness_us + 3_600_000_000
+    write([(END_KEY, end, 0, b"")])
     return n
 
 
@@ -254,7 +256,7 @@ def prepare(job: StreamJob, workdir: Path, events: Iterator[Event]) -> None:
     for name in ("source", "stream", "results"):  # a source not finished: nothing ran from it yet
         shutil.rmtree(workdir / name, ignore_errors=True)
     marker.write_text(json.dumps(stamp))
-    write_source(events, job.query, workdir / "source", job.batch_events)
+    write_source(events, job.query, workdir / "source", job.batch_events, job.lateness_us)
     (workdir / _DONE).write_text(str(time.time()))
 
 

@@ -34,7 +34,7 @@ from engine.matcher import LateEventError, Matcher
 from stream import state
 
 END_KEY = ""
-"""The grouping key of the end-of-stream marker rows (a real key is a ``repr``, never empty)."""
+"""The grouping key of the end-of-stream marker row (a real key is a ``repr``, never empty)."""
 AFTER = (1 << 63) - 1
 """The id part of a trailing-negation match's place: after every event of its deadline's timestamp."""
 
