@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from archive.cli import archive_app
-from cli import backfill, demo, explain, match, operators, replay, serve  # noqa: F401 - each registers its commands
+from cli import backfill, demo, explain, match, operators, replay, serve, stream  # noqa: F401 - each registers its commands
 from cli.app import app
 
 app.add_typer(archive_app, name="archive")

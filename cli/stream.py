@@ -1,0 +1,116 @@
+"""``lace stream``: a live-only statement over an event file, detected by Spark Structured Streaming (issue 26).
+
+Reads the query and the event file as ``lace match`` does and writes OUT with the same writer, so the two outputs
+compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). A statement that cannot run there is
+refused up front (one error line, exit 2; :mod:`stream.statements`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, cast
+
+import typer
+
+from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, parse_duration_us, read_text, warn
+from cli.match import MatchFormatChoice, _load_schema, _open_out_binary
+
+
+@app.command()
+def stream(
+    query: Annotated[Path, typer.Option("--query", "-q", help="LQL file of one live-only pattern statement.")],
+    events: Annotated[
+        Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Write matches here (as `lace match --out`).")],
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(help="Folder for the source table, results and Spark checkpoint; a rerun with it resumes."),
+    ] = None,
+    master: Annotated[
+        str | None, typer.Option(help="Spark master, e.g. local[2] (default LACE_SPARK_MASTER, else local[*]).")
+    ] = None,
+    batch_events: Annotated[int, typer.Option(help="Events per micro-batch.", min=1)] = 50_000,
+    strategy: Annotated[Strategy | None, typer.Option(help="Override the query's STRATEGY.")] = None,
+    format: Annotated[MatchFormatChoice, typer.Option("--format", help="Match output format.")] = (
+        MatchFormatChoice.jsonl
+    ),
+    schema: Annotated[
+        Path | None, typer.Option("--schema", help="JSON file of column types, e.g. {\"key\": \"string\"}.")
+    ] = None,
+    lateness: Annotated[
+        str, typer.Option(help="Allowed lateness, e.g. '5 seconds': later events are rejected; the watermark delay.")
+    ] = "0",
+    ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
+        TsUnitChoice.auto
+    ),
+    sort: Annotated[bool, typer.Option("--sort", help="Sort the file by (ts, id) first (reads it all).")] = False,
+) -> None:
+    """Run a live-only statement over an event file on Spark Structured Streaming; OUT as `lace match` writes it.
+
+    The events go through a Delta table read by readStream, keyed by PARTITION BY; the engine's matcher runs per
+    key in transformWithStateInPandas (RocksDB state store, event-time timers, the lateness as the watermark).
+    """
+    text = read_text(query)
+    if not events.is_file():
+        fail(f"{events}: no such file")
+    column_types = _load_schema(schema) if schema is not None else None
+    try:
+        lateness_us = parse_duration_us(lateness)
+    except ValueError as e:
+        fail(f"--lateness: {e}")
+
+    from engine.compiler import compile_query
+    from engine.io import EventFileError, open_event_file
+    from engine.lql.ast import PatternQuery
+    from engine.lql.errors import QueryError
+    from engine.lql.parser import parse_script
+    from engine.match_files import MatchWriter
+    from stream.statements import refusal
+
+    try:
+        trees = parse_script(text)
+    except QueryError as e:
+        fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+    if not trees:
+        fail(f"{query}: no statement")
+    compiled = None
+    reason = refusal(trees)
+    if reason is None:
+        try:
+            compiled = compile_query(cast(PatternQuery, trees[0]), strategy=strategy.value if strategy else None)
+        except QueryError as e:
+            fail(f"{query}:{e.line}:{e.column}: {e.reason}")
+        reason = refusal(trees, compiled)
+    if reason is not None or compiled is None:
+        tree = trees[0]
+        name = getattr(tree, "name", None) or "statement_1"
+        fail(f"{query}:{tree.pos.line}:{tree.pos.column}: statement {name} cannot run on Spark: {reason}")
+
+    from stream.job import StreamJob, StreamJobError, accepted_events, run
+
+    n_late = 0
+    try:
+        source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
+    except EventFileError as e:
+        fail(str(e))
+    if sort:
+        source.sort()
+
+    def on_late(position: int, reason: str) -> None:
+        nonlocal n_late
+        n_late += 1
+        if n_late <= MAX_LATE_REPORTS:
+            warn(f"{events} {source.where(position)}: {reason}")
+
+    job = StreamJob(
+        text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
+        master=master, batch_events=batch_events, checkpoint=checkpoint,
+    )
+    try:
+        matches = run(job, accepted_events(source.events(), compiled, lateness_us, on_late))
+    except StreamJobError as e:
+        fail(str(e))
+    if n_late > MAX_LATE_REPORTS:
+        warn(f"{n_late - MAX_LATE_REPORTS} more late events rejected ({n_late} in all)")
+    with MatchWriter(_open_out_binary(out), format.value) as sink:
+        sink.write(list(matches))

@@ -1,0 +1,12 @@
+"""LACE statements on Spark Structured Streaming (issue 26, first slice; docs/stream.md).
+
+:mod:`stream.statements` says which statements run here; :mod:`stream.job` builds the streaming query (a Delta
+source read by ``readStream``, ``transformWithStateInPandas`` keyed by PARTITION BY, a Delta results table);
+:mod:`stream.processor` is what Spark runs per key; :mod:`stream.state` turns a key's matcher state into the bytes
+of its ``ValueState``.
+
+State choice: ``transformWithStateInPandas`` offers value, list and map state of Spark SQL rows, while the
+engine's partial matches are linked Python objects (runs, chains, shared groups) whose plans hold closures. Each
+key's state is therefore one ``ValueState`` holding the key's matcher state pickled (plans by persistent id), in
+the RocksDB state store; the engine itself is unchanged.
+"""

@@ -1,0 +1,290 @@
+"""``lace stream``'s job: a file's events through Spark Structured Streaming, matches out as ``lace match`` writes them.
+
+1. The event file is read as ``lace match`` reads it (:func:`engine.io.open_event_file`); the events ``lace match``
+   would reject as late are reported the same way and left out (:func:`accepted_events`). The others go, pickled,
+   into a Delta table (the source, written by delta-rs in chunks of ``batch_events``, one table version each),
+   keyed by the statement's PARTITION BY value.
+2. Spark reads it with ``readStream.format("delta")`` (the connector from ``LACE_DELTA_JAR``), one version per
+   micro-batch, with the allowed lateness as the watermark delay on the event time, groups by key and runs
+   :class:`stream.processor.LaceProcessor` in ``transformWithStateInPandas`` (RocksDB state store; timers in
+   event time). An end-of-stream marker row, far in event time, moves the watermark past every deadline; the
+   no-data micro-batch Spark runs after it fires the timers, so trailing negations and held-back events come out
+   (the stream's ``flush``).
+3. Matches go to a Delta results table (the Delta sink: exactly once per micro-batch with the checkpoint); the
+   driver reads it, sorts it into ``lace match``'s emission order (:data:`stream.processor.ORDER`) and writes OUT
+   with :class:`engine.match_files.MatchWriter`.
+
+With a checkpoint folder the source, the results and Spark's checkpoint live in it: a driver killed mid-stream
+and started again with the same folder goes on from its last committed micro-batch and writes the same OUT.
+
+Timestamps are int microseconds UTC.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from engine.compiler import CompiledQuery
+from engine.events import Event
+from engine.matcher import Matcher
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+STREAM_ROOT = Path(__file__).resolve().parents[1]
+_DONE = "source.done"
+progress: list[dict[str, Any]] = []
+"""The last run's micro-batch progress reports (Spark's ``StreamingQuery.recentProgress``, as dicts)."""
+
+
+class StreamJobError(RuntimeError):
+    """A stream job that cannot start or finish (no Delta connector, a checkpoint of another job, a failed
+    streaming query); one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamJob:
+    """One ``lace stream`` run.
+
+    Parameters
+    ----------
+    text : str
+        The statement's LQL text (one live-only pattern statement, already checked by :mod:`stream.statements`).
+    query : CompiledQuery
+        It, compiled in the driver (for its types, key, window and plans' layouts).
+    strategy : str, optional
+        ``--strategy`` override.
+    lateness_us : int
+        Allowed lateness, int microseconds >= 0.
+    master : str, optional
+        Spark master (default ``LACE_SPARK_MASTER``, else ``local[*]``).
+    batch_events : int
+        Events per source table version, i.e. per micro-batch.
+    checkpoint : Path, optional
+        Folder of the source, results and Spark checkpoint (kept); None: a temporary folder.
+    """
+
+    text: str
+    query: CompiledQuery
+    strategy: str | None = None
+    lateness_us: int = 0
+    master: str | None = None
+    batch_events: int = 50_000
+    checkpoint: Path | None = None
+
+
+def accepted_events(
+    events: Iterator[Event], query: CompiledQuery, lateness_us: int, on_late: Callable[[int, str], None]
+) -> Iterator[Event]:
+    """The events of ``query``'s types that ``lace match`` (one :class:`~engine.matcher.Matcher`, allowed lateness
+    ``lateness_us``) accepts, in file order; ``on_late(position, reason)`` for each it would reject, with the
+    matcher's own reason (:meth:`Matcher.check_late`)."""
+    import heapq
+
+    types = query.types
+    clock = SimpleNamespace(
+        watermark=-(1 << 63), max_seen=None, lateness={}, default_lateness=lateness_us, last_released=(-(1 << 63),) * 2
+    )
+    held: list[tuple[int, int]] = []
+    for i, e in enumerate(events):
+        if e.type not in types:
+            continue
+        reason = Matcher.check_late(clock, e)  # type: ignore[arg-type]
+        if reason is not None:
+            on_late(i, reason)
+            continue
+        if clock.max_seen is None or e.ts_end > clock.max_seen:
+            clock.max_seen = e.ts_end
+        heapq.heappush(held, (e.ts_end, e.id))
+        while held and held[0][0] <= clock.max_seen - lateness_us:
+            clock.last_released = heapq.heappop(held)
+        yield e
+
+
+def _delta_ready(spark: Any) -> None:
+    from archive.spark import native_delta_available
+
+    if not native_delta_available(spark):
+        raise StreamJobError(
+            "lace stream reads its source with the Delta Spark connector: set LACE_DELTA_JAR to its JAR folder "
+            "(make delta-jars)"
+        )
+
+
+def spark_session(master: str | None) -> Any:
+    """The process's SparkSession (:func:`archive.spark.get_spark`) with the streaming settings: RocksDB state
+    store, as many shuffle partitions (state store partitions) as the master has cores, unless ``LACE_SPARK_CONF``
+    sets them; Python workers that import this checkout."""
+    from archive.spark import SparkSettings, get_spark
+
+    settings = SparkSettings.from_env()
+    if master:
+        settings = replace(settings, master=master)
+    conf = {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.shuffle.partitions": _cores(settings.master),
+    }
+    conf.update(settings.conf)
+    settings = replace(settings, app_name="lace-stream", conf=conf)
+    path = os.environ.get("PYTHONPATH", "")
+    if str(STREAM_ROOT) not in path.split(os.pathsep):  # workers import engine/ and stream/ from this checkout
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(STREAM_ROOT), path) if p)
+    return get_spark(settings, warm=False)
+
+
+def _cores(master: str) -> str:
+    inside = master.partition("[")[2].rstrip("]")
+    if master.startswith("local") and inside.isdigit():
+        return inside
+    return str(os.cpu_count() or 2)
+
+
+def write_source(
+    events: Iterator[Event], query: CompiledQuery, path: Path, batch_events: int, lateness_us: int = 0
+) -> int:
+    """Write ``events`` as the stream's Delta source table at ``path`` (delta-rs), ``batch_events`` per version,
+    then the end-of-stream marker (``lateness_us`` beyond every deadline); returns the number of events written."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from stream.processor import END_KEY
+
+    schema = pa.schema([
+        ("k", pa.string()), ("et", pa.timestamp("us", tz="UTC")), ("ts", pa.int64()), ("id", pa.int64()),
+        ("ev", pa.binary()),
+    ])
+    key_of, dumps, proto = query.key_of, pickle.dumps, pickle.HIGHEST_PROTOCOL
+    n, newest = 0, -(1 << 62)
+    chunk: list[Event] = []
+
+    def write(rows: list[tuple[str, int, int, bytes]]) -> None:
+        cols = list(zip(*rows))
+        table = pa.table([pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int64()).cast(schema.field("et").type),
+                          pa.array(cols[1], pa.int64()), pa.array(cols[2], pa.int64()), pa.array(cols[3], pa.binary())],
+                         schema=schema)
+        write_deltalake(str(path), table, mode="append")
+
+    for e in events:
+        chunk.append(e)
+        if len(chunk) >= batch_events:
+            write([(repr(key_of(x)), x.ts_end, x.id, dumps(x, proto)) for x in chunk])
+            n += len(chunk)
+            newest = max(newest, max(x.ts_end for x in chunk))
+            chunk = []
+    if chunk:
+        write([(repr(key_of(x)), x.ts_end, x.id, dumps(x, proto)) for x in chunk])
+        n += len(chunk)
+        newest = max(newest, max(x.ts_end for x in chunk))
+    # end of stream: the watermark (the marker's ts - lateness) must pass every deadline (at most a window after the
+    # newest event); Spark's no-data micro-batch after the marker's fires the timers
+    end = newest + (query.window_us or 0) + lateness_us + 3_600_000_000
+    write([(END_KEY, end, 0, b"")])
+    return n
+
+
+def run_detection(job: StreamJob, workdir: Path) -> Any:
+    """Run the streaming query over ``workdir/source`` until it is consumed (``availableNow``); returns the results
+    as an Arrow table in ``lace match``'s order (columns :data:`stream.processor.OUTPUT_SCHEMA`)."""
+    from deltalake import DeltaTable
+
+    from stream.processor import OUTPUT_SCHEMA, LaceProcessor
+
+    spark = spark_session(job.master)
+    _delta_ready(spark)
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # also on a session built before
+    lateness_ms = -(-job.lateness_us // 1000)
+    frame = (
+        spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(str(workdir / "source"))
+        .withWatermark("et", f"{lateness_ms} milliseconds")
+        .groupBy("k")
+        .transformWithStateInPandas(
+            statefulProcessor=LaceProcessor(job.text, job.strategy, job.lateness_us),
+            outputStructType=OUTPUT_SCHEMA,
+            outputMode="Append",
+            timeMode="EventTime",
+        )
+    )
+    query = (
+        frame.writeStream.format("delta").outputMode("append")
+        .option("checkpointLocation", str(workdir / "stream"))
+        .trigger(availableNow=True)
+        .start(str(workdir / "results"))
+    )
+    try:
+        query.awaitTermination()
+    except Exception as e:  # a worker's error (e.g. a plug-in function raising) ends the query: one line
+        lines = [ln for ln in str(e).splitlines() if ln.strip()]
+        raise StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}") from e
+    progress.clear()
+    progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
+    if not (workdir / "results" / "_delta_log").is_dir():
+        import pyarrow as pa
+
+        from stream.processor import ORDER
+
+        return pa.table({c: pa.array([], pa.int64()) for c in ORDER} | {"m": pa.array([], pa.binary())})
+    table = DeltaTable(str(workdir / "results")).to_pyarrow_table()
+    return table
+
+
+def prepare(job: StreamJob, workdir: Path, events: Iterator[Event]) -> None:
+    """The job's folder: the source table (written once; a restart with the same checkpoint reuses it) and
+    ``job.json`` (the statement and options; a checkpoint of another job is refused).
+
+    Raises
+    ------
+    StreamJobError
+        When ``workdir`` holds another job's checkpoint.
+    """
+    stamp = {"text": job.text, "strategy": job.strategy, "lateness_us": job.lateness_us, "batch": job.batch_events}
+    marker = workdir / "job.json"
+    if marker.exists():
+        if json.loads(marker.read_text()) != stamp:
+            raise StreamJobError(f"{workdir}: a checkpoint of another statement or other options")
+    if (workdir / _DONE).exists():
+        for _ in events:  # late events are reported on every run, as lace match would
+            pass
+        return
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in ("source", "stream", "results"):  # a source not finished: nothing ran from it yet
+        shutil.rmtree(workdir / name, ignore_errors=True)
+    marker.write_text(json.dumps(stamp))
+    write_source(events, job.query, workdir / "source", job.batch_events, job.lateness_us)
+    (workdir / _DONE).write_text(str(time.time()))
+
+
+def ordered_matches(results: Any, query: CompiledQuery) -> Iterator[Any]:
+    """The matches of a results table, unpickled, in ``lace match``'s emission order; each match's layout is the
+    driver's plan's (so :class:`~engine.match_files.MatchWriter` formats them as it formats ``lace match``'s)."""
+    from stream.processor import ORDER
+
+    layouts = {p.layout: p.layout for p in query.plans}
+    table = results.sort_by([(c, "ascending") for c in ORDER])
+    loads = pickle.loads
+    for blob in table.column("m").to_pylist():
+        m = loads(blob)
+        m._layout = layouts.get(m._layout, m._layout)
+        yield m
+
+
+def run(job: StreamJob, events: Iterator[Event]) -> Iterator[Any]:
+    """Prepare, detect and return the ordered matches. ``events``: the accepted events (:func:`accepted_events`).
+
+    Raises
+    ------
+    StreamJobError
+        As :func:`prepare`, or without the Delta connector.
+    """
+    if job.checkpoint is not None:
+        prepare(job, job.checkpoint, events)
+        return ordered_matches(run_detection(job, job.checkpoint), job.query)
+    with tempfile.TemporaryDirectory(prefix="lace-stream-") as tmp:
+        prepare(job, Path(tmp), events)
+        return iter(list(ordered_matches(run_detection(job, Path(tmp)), job.query)))
