@@ -12,10 +12,14 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
   ``archive.flush.before_wal_delete`` (mid-archive flush), ``checkpoint.mid_transaction``, ``webhook.after_post``
   (mid-delivery), ``la.request_submitted`` (archive requests in flight);
 - ``jump``: SIGKILL of the group right after the n-th batch after the 30-day event-time jump is acknowledged;
-- ``sigterm``: a clean stop after batch n.
+- ``end``: SIGKILL of the group right after the n-th end call (counted from 0) is acknowledged;
+- ``sigterm``: a clean stop before request n (a batch, or an end call).
 
-After each fault the service is started again on the same data directory and database (with the next fault armed),
-and the batch that was not acknowledged is posted again (events carry producer ids: a re-post is idempotent). A run
+The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
+the end is crossed by every fault that fires after it and by restarts before it. After each fault the service is
+started again on the same data directory and database (with the next fault armed), and the request that was not
+acknowledged is posted again: a batch (events carry producer ids: a re-post is idempotent) or an end (an end that
+took effect before the crash answers ``already_ended``). A run
 fails a statement when an alert of the fault-free run is missing (lost), one arrives twice under two idempotency keys
 (duplicated), or one differs in its fields or is not in the fault-free run at all (wrong); an idempotency key must
 arrive with one payload; the service must start every time (failed starts). ``n`` of a crash point is drawn from
@@ -60,10 +64,11 @@ POINTS: dict[str, str] = {
     "webhook.after_post": "mid-delivery: after the receiver's 2xx, before the delivered mark",
     "la.request_submitted": "archive requests in flight: right after a request is submitted",
     "jump": "SIGKILL right after the 30-day event-time jump",
+    "end": "SIGKILL right after a stream's end (POST /event-types/{name}/end) is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order."""
-HARNESS_POINTS = ("jump", "sigterm")
+HARNESS_POINTS = ("jump", "end", "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
 MARK = "LACE_CRASH_AT: pass"
 """What the service logs when a crash point fires (service/core/faults.py)."""
@@ -78,9 +83,10 @@ SETTINGS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Fault:
-    """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the batch
-    before which ``sigterm`` stops the service, or how many batches after the jump's ``jump`` kills it (a harness
-    fault waiting behind an earlier one comes at the first batch at or after its own)."""
+    """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the
+    request (the batches, then the end calls: :attr:`Stream.steps`) before which ``sigterm`` stops the service, how
+    many batches after the jump's ``jump`` kills it, or after which end call (counted from 0) ``end`` kills it (a
+    harness fault waiting behind an earlier one comes at the first request at or after its own)."""
 
     point: str
     at: int
@@ -109,6 +115,9 @@ class Outcome:
     """Exits and hangs no fault asked for."""
     rejected: list[str] = field(default_factory=list)
     """Events the service refused (none in a fault-free run; a re-post's may be)."""
+    ended: dict[str, bool] = field(default_factory=dict)
+    """Per ingested type, ``already_ended`` of the end call that was acknowledged (True: an end posted again after
+    a crash had taken effect before it)."""
     not_quiet: bool = False
     busy: str = ""
     """Why the service was last seen busy while the run waited for it to be quiet."""
@@ -218,20 +227,28 @@ class Run:
                 assert wh.status_code == 201, wh.text
                 self.rx.add_secret(s.name, wh.json()["secret"])
 
-    def post(self, i: int) -> bool:
-        """POST batch ``i``; False when it was not acknowledged (the service died meanwhile)."""
+    def _request(self, what: str, path: str, body: Any = None) -> httpx.Response | None:
+        """POST ``body`` to ``path`` (``what`` names it); None when it was not acknowledged (the service died
+        meanwhile, or answered other than 200: unplanned)."""
         t = time.monotonic()
         try:
             with self.svc.client(timeout_s=120) as c:
-                r = c.post("/events", json=self.stream.batches[i])
+                r = c.post(path, json=body)
         except httpx.HTTPError:
-            return False
+            return None
         finally:
             self.out.post_s.append(round(time.monotonic() - t, 3))
         if r.status_code != 200:
-            self.out.unplanned.append(f"batch {i}: HTTP {r.status_code} {r.text[:200]}")
-            return False
+            self.out.unplanned.append(f"{what}: HTTP {r.status_code} {r.text[:200]}")
+            return None
+        return r
+
+    def post(self, i: int) -> bool:
+        """POST batch ``i``; False when it was not acknowledged (the service died meanwhile)."""
         batch = self.stream.batches[i]
+        r = self._request(f"batch {i}", "/events", batch)
+        if r is None:
+            return False
         why = Counter(
             f"{batch[x['index']]['type']} {x['reason'].split(':')[0]}"
             for x in r.json()["rejections"] if not x["reason"].startswith("dropped by filter")
@@ -239,6 +256,21 @@ class Run:
         if why:
             self.out.rejected.append(f"batch {i}: {sum(why.values())} refused ({dict(why)})")
         return True
+
+    def end(self, name: str) -> bool:
+        """POST the end of type ``name``'s stream; False when it was not acknowledged (the service died meanwhile).
+        An end that took effect before a crash answers ``already_ended`` when posted again (:attr:`Outcome.ended`)."""
+        r = self._request(f"end of {name}", f"/event-types/{name}/end")
+        if r is None:
+            return False
+        self.out.ended[name] = bool(r.json()["already_ended"])
+        return True
+
+    def step(self, i: int) -> bool:
+        """Request ``i`` of the run (:attr:`Stream.steps`): a batch, then the end of each type; False when it was not
+        acknowledged."""
+        batches = len(self.stream.batches)
+        return self.post(i) if i < batches else self.end(self.stream.ends[i - batches])
 
     def busy(self, c: httpx.Client) -> str:
         """Why the service is not quiet: pending deliveries, or a live-and-archived query with events, live
@@ -291,7 +323,7 @@ class Run:
             if "LACE_CRASH_TRACE" in self.svc.env:
                 self.out.setup_passes = trace_counts(Path(self.svc.env["LACE_CRASH_TRACE"]))
             i = 0
-            while i < len(self.stream.batches):
+            while i < self.stream.steps:
                 f = self.pending[0] if self.pending else None
                 if f is not None and f.point == "sigterm" and i >= f.at:
                     code = self.svc.stop()
@@ -299,10 +331,11 @@ class Run:
                     self.marks = self._marks()
                     self.start()
                     continue
-                if not self.post(i):
+                if not self.step(i):
                     self._gone()
                     continue
-                if f is not None and f.point == "jump" and i >= self.stream.jump_batch + f.at:
+                kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches)}
+                if f is not None and f.point in kill_after and i >= kill_after[f.point] + f.at:
                     self.svc.kill()
                     self._fired()
                     self.start()
@@ -405,11 +438,13 @@ def draw(
 ) -> Fault:
     """A seeded fault at ``point``: a pass the fault-free run made after the statements were registered (``setup``:
     the passes before, plus one for a checkpoint timer that runs later; the harness does not register again after
-    a crash), a batch, or a batch after the jump."""
+    a crash), a request (a batch or an end call), or a batch after the jump."""
     if point == "sigterm":
-        return Fault(point, rng.randrange(1, len(stream.batches) - 1))
+        return Fault(point, rng.randrange(1, stream.steps))
     if point == "jump":
         return Fault(point, rng.randrange(0, 3))
+    if point == "end":
+        return Fault(point, rng.randrange(0, len(stream.ends)))
     lo = (setup or {}).get(point, 0) + 2 if (setup or {}).get(point) else 1
     return Fault(point, rng.randint(lo, max(lo, passes.get(point, 1))))
 
@@ -449,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     points = args.only.split(",") if args.only else list(POINTS)
     base = args.keep or Path(tempfile.mkdtemp(prefix="lace-crash-"))
     print(f"stream: {stream.events} events in {len(stream.batches)} batches, the jump before batch "
-          f"{stream.jump_batch}; runs under {base}", flush=True)
+          f"{stream.jump_batch}, then the end of {stream.ends}; runs under {base}", flush=True)
     trace = base / "trace.txt"
     clean = one_run(args.db, base / "clean", stream, [], trace=trace)
     passes = trace_counts(trace)
@@ -477,11 +512,12 @@ def main(argv: list[str] | None = None) -> int:
                 cell[j] += x
         bad = {k: d.counts() for k, d in diffs.items() if d}
         print(f"run {n}: {fault}, {got.seconds:.0f} s, fired {got.fired}, not reached {got.not_reached}, failed "
-              f"starts {len(got.failed_starts)}, key conflicts {len(got.key_conflicts)}, unplanned {got.unplanned}: "
-              f"{bad or 'all equal'}", flush=True)
+              f"starts {len(got.failed_starts)}, key conflicts {len(got.key_conflicts)}, unplanned {got.unplanned}, "
+              f"ended (already_ended) {got.ended}: {bad or 'all equal'}", flush=True)
         records.append({"run": n, "fault": str(fault), "outcome": {**vars(got), "alerts": None},
                         "diffs": {k: vars(d) for k, d in diffs.items() if d}})
-    print(f"\nCrash suite: `python -m bench.crash --points {args.points} --seed {args.seed} --db {args.db}`, "
+    only = f" --only {args.only}" if args.only else ""
+    print(f"\nCrash suite: `python -m bench.crash --points {args.points} --seed {args.seed} --db {args.db}{only}`, "
           f"{platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; a cell is "
           "lost/duplicated/wrong alerts summed over the point's runs (in parentheses)\n")
     print(table(rows, failed_starts, runs))

@@ -14,8 +14,10 @@ alerts (path ``/hook/<statement name>``). Four ingested types carry the stream:
   archived side of a live-and-archived query (``BEFORE`` in its JOIN).
 
 The stream is posted in batches of ``batch_s`` seconds of event time, each type in its own time order (an interval
-by its end); after ``jump_at`` of it event time jumps 30 days ahead; a last batch an hour after the end moves every
-type's watermark past every window and subwindow. Producer ids make every re-post idempotent.
+by its end); after ``jump_at`` of it event time jumps 30 days ahead. Then every ingested type's stream ends with
+``POST /event-types/{name}/end`` (:attr:`Stream.ends`): its watermark becomes the end of time, so every window,
+SLLAA subwindow and pending live instance closes (no event is posted to close them). Producer ids make every re-post
+idempotent; an end posted again answers ``already_ended``.
 """
 from __future__ import annotations
 
@@ -27,8 +29,6 @@ T0_MS = 1_709_251_200_000
 """2024-03-01T00:00:00Z: the stream's start (fixed: two runs of a seed post the same events)."""
 JUMP_MS = 30 * 86_400_000
 """The event-time jump inside the stream (issue 24 item 3 lost every pending live-and-archived result over one)."""
-CLOSE_MS = 3_600_000
-"""The closing batch comes this long after the last second of the stream."""
 
 TYPES: list[dict[str, Any]] = [
     {"name": "s", "attributes": {"key": "string", "v": "int"}},
@@ -145,14 +145,22 @@ KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 
 @dataclass
 class Stream:
-    """The batches to post (each a list of event JSON objects), and the index of the first batch after the jump."""
+    """The batches to post (each a list of event JSON objects), the index of the first batch after the jump, and
+    the ingested types whose streams end after the last batch (``POST /event-types/{name}/end``, in this order)."""
 
     batches: list[list[dict[str, Any]]]
     jump_batch: int
+    ends: list[str] = field(default_factory=lambda: [t["name"] for t in TYPES])
 
     @property
     def events(self) -> int:
+        """How many events the batches hold."""
         return sum(len(b) for b in self.batches)
+
+    @property
+    def steps(self) -> int:
+        """The requests of a run: each batch, then each end call."""
+        return len(self.batches) + len(self.ends)
 
 
 def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float = 0.6) -> Stream:
@@ -185,15 +193,8 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
                 ts, end = at(sec) + 700, at(end_sec) + 700
                 attrs = {"key": f"k{rng.randrange(4)}", "v": rng.randrange(100)}
                 add(end_sec, {"type": "iv", "ts": ts, "ts_end": end, "attrs": attrs})
-    closing = at(seconds - 1) + CLOSE_MS
-    last_ones: list[tuple[str, dict[str, Any]]] = [("s", {"key": "k0", "v": 50}), ("f", {"key": "k0", "v": 50}),
-                                                   ("alarm", {"key": "a0"})]
-    for name, values in last_ones:
-        add(seconds, {"type": name, "ts": closing, "attrs": values})
-    add(seconds, {"type": "iv", "ts": closing, "ts_end": closing + 1_000, "attrs": {"key": "k0", "v": 50}})
     out.sort(key=lambda r: (r[0], r[2].get("ts_end", r[2]["ts"]), r[1]))
     batches: dict[int, list[dict[str, Any]]] = {}
     for sec, _, ev in out:
-        batches.setdefault(min(sec, seconds) // batch_s if sec < seconds else -1, []).append(ev)
-    ordered = [batches[k] for k in sorted(k for k in batches if k >= 0)] + [batches[-1]]
-    return Stream(ordered, jump_s // batch_s)
+        batches.setdefault(sec // batch_s, []).append(ev)
+    return Stream([batches[k] for k in sorted(batches)], jump_s // batch_s)

@@ -231,7 +231,7 @@ def _run(
                     seconds["archived"] += time.perf_counter() - t
                     for q in s.queries:
                         run = demo.register_query(q, s.type, tolerance_us)
-                        kind = f"live-and-archived, SLLAA T_L = {tolerance_s:g} s" if q.live_archived else "live"
+                        kind = f"live-and-archived, SLLAA T_L = {tolerance_s:g} s" if q.reads_archive else "live"
                         hook = receiver.hook_url(f"q{run.id}")
                         progress.console.print(f"registered {q.name} ({kind}), webhook {hook}")
                     task = progress.add_task(f"{s.type}: live part", total=len(s.live))

@@ -91,7 +91,7 @@ class _Demo:
 
     def register_query(self, q: DemoQuery, stream: str, tolerance_us: int) -> QueryRun:
         body: dict[str, Any] = {"text": q.text, "name": q.name}
-        if q.live_archived:
+        if q.reads_archive:
             body |= {"algorithm": "sllaa", "tolerance": f"{tolerance_us} us"}
         created = self.request("POST", "/queries", 201, json=body)
         run = QueryRun(q, created["id"], stream)
@@ -156,7 +156,7 @@ class _Demo:
             self.drain()
             in_flight = waiting = backlog = 0
             for run in self.runs.values():
-                if run.query.live_archived:
+                if run.query.reads_archive:
                     la = self.stats(run)["live_archived"]
                     in_flight += la["requests_in_flight"]
                     waiting += la["pending_live_instances"]

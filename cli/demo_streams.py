@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from engine.detector import Statement, is_live_archived
+from engine.detector import Statement
 from engine.detector import compile as compile_statement
 from engine.events import Event
 from engine.io import read_events
@@ -51,8 +50,9 @@ class DemoQuery:
     statement: Statement
 
     @property
-    def live_archived(self) -> bool:
-        return is_live_archived(self.statement)
+    def reads_archive(self) -> bool:
+        """Whether its statement reads the archive (a live-and-archived query): what its class declares."""
+        return self.statement.reads_archive
 
     @property
     def types(self) -> frozenset[str]:
@@ -60,8 +60,8 @@ class DemoQuery:
 
     @property
     def window_us(self) -> int | None:
-        st: Any = self.statement
-        return st.live.window_us if self.live_archived else st.window_us
+        """WITHIN, int us (a live-and-archived query's live side's): what its statement declares."""
+        return self.statement.window_us
 
 
 @dataclass

@@ -89,8 +89,7 @@ def match(
     except ValueError as e:
         fail(f"--lateness: {e}")
 
-    from engine.compiler import compile_query
-    from engine.lql import ast
+    from engine.detector import compile_statement
     from engine.lql.errors import QueryError
     from engine.lql.parser import parse_script
     from engine.matcher import Matcher
@@ -103,15 +102,15 @@ def match(
             fail(f"{path}:{e.line}:{e.column}: {e.reason}")
     if not statements:
         fail(f"{query[0]}: no statement")
-    single = len(statements) == 1 and isinstance(statements[0][1], ast.PatternQuery)
-    if single and statements[0][1].emit_into is None:
+    compiled: Any = None  # one statement whose detector runs alone (a live pattern query, what its class declares)
+    if len(statements) == 1:
         path, tree = statements[0]
         try:
-            compiled = compile_query(tree, strategy=strategy.value if strategy else None)
+            one = compile_statement(tree, strategy=strategy.value if strategy else None)
         except QueryError as e:
             fail(f"{path}:{e.line}:{e.column}: {e.reason}")
-    else:
-        compiled = None
+        if one.runs_alone and one.emit_into is None:
+            compiled = one
     store_cm: Any = contextlib.nullcontext()  # SQLAlchemy is imported only for a partial-match store
     if pm_capacity is not None:
         from service.db.pm_store import open_pm_store

@@ -84,6 +84,13 @@ class CompiledQuery:
     """Whether the events it derives (EMIT INTO) are interval events (only an INTERVAL statement's are)."""
     archive_key_attr = None
     """The attribute its archive requests select by (only a live-and-archived query reads the archive)."""
+    read_by_ingest = False
+    """Whether the ingest path reads it while it stamps a request's events (a FILTER decides what is archived; a
+    live-and-archived query's worker is offered the events at once), so that a new version cannot start while a
+    request is in flight (the service's ``LiveRuntime.start_deferred``)."""
+    runs_alone = True
+    """Whether its detector runs over a stream by itself, without a rule graph (a live pattern query: a
+    :class:`engine.matcher.Matcher`); ``lace match`` runs one such statement without EMIT INTO that way."""
 
     @property
     def patterns(self) -> tuple[CompiledQuery, ...]:

@@ -236,10 +236,27 @@ def detector_for(statement: Statement | RuleStatement, **options: Any) -> Detect
     return make_detector(statement, **options)
 
 
-def is_live_archived(statement: Statement | RuleStatement) -> bool:
-    """Whether ``statement`` reads the archive (a ``LIVE ... ARCHIVED ...`` query): what its class declares,
-    ``statement.reads_archive``, which callers read directly (this stays for the demo, ``cli/demo_streams.py``)."""
-    return statement.reads_archive
+STATEMENT_CLASSES: dict[str, type[Statement] | type[RuleStatement]] = {
+    c.kind: c for c in (CompiledQuery, LiveArchivedPlan, CompiledFilter, AggregateStatement, IntervalStatement)
+}
+"""Statement kind (``queries.kind``) -> the class that declares it (every class declares its ``kind``)."""
+
+
+def statement_class(kind: str) -> type[Statement] | type[RuleStatement]:
+    """The class of statements of ``kind`` (a stored ``queries.kind``), to ask what it declares
+    (``reads_archive``, ``read_by_ingest``, ...) of a statement that is not compiled (a stopped one).
+
+    Raises
+    ------
+    KeyError
+        For a kind no statement class declares.
+
+    Examples
+    --------
+    >>> statement_class("live_archived").reads_archive
+    True
+    """
+    return STATEMENT_CLASSES[kind]
 
 
 __all__ = [
@@ -250,6 +267,7 @@ __all__ = [
     "compile",
     "compile_statement",
     "detector_for",
-    "is_live_archived",
     "make_detector",
+    "statement_class",
+    "STATEMENT_CLASSES",
 ]

@@ -190,7 +190,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.settings, app.state.metrics = settings, metrics
         app.state.sessions, app.state.runtime, app.state.dispatcher = sessions, runtime, dispatcher
         await dispatcher.start()
-        runtime.on_deliveries = dispatcher.wake
+        runtime.results.on_deliveries = dispatcher.wake
         maintenance = MaintenanceJob(settings)
         app.state.maintenance = maintenance
         maintenance.start()
@@ -216,7 +216,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             gc_policy.uninstall()
             checkpoints.cancel()
-            runtime.on_deliveries = None
+            runtime.results.on_deliveries = None
             await anyio.to_thread.run_sync(runtime.checkpoint)
             await anyio.to_thread.run_sync(runtime.close)
             if runner is not None:

@@ -29,7 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from engine.compiler import CompiledQuery
-from engine.detector import RuleStatement, Statement, compile_statement
+from engine.detector import RuleStatement, Statement, compile_statement, statement_class
 from engine.durations import parse_duration_us
 from engine.event_type import SchemaError
 from engine.limits import check_limits
@@ -333,12 +333,13 @@ def stats(lq: LiveQuery) -> QueryStats:
 
 def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
     """The REST shape of ``row``: its options as the runtime resolves them (tolerance and window in ms, times
-    ISO-8601), with the live counters (``stats``, ``warm``, ``totals``) of its running version."""
+    ISO-8601), with the live counters (``stats``, ``warm``, ``totals``) of its running version; ``algorithm`` and
+    ``tolerance_ms`` only for a statement that reads the archive (what the class of its ``kind`` declares)."""
     lq = runtime.queries.get(row.id)
     if lq is not None and lq.version != row.version:
         lq = None  # a new version whose start is deferred to the ingest request in flight: it counts from zero
-    live_archived = row.kind == "live_archived"
-    opts = runtime.resolve(RunOptions.from_row(row))
+    live_archived = statement_class(row.kind).reads_archive  # what its class declares (a stopped row has no statement)
+    opts = runtime.registry.resolve(RunOptions.from_row(row))
     return QueryPublic(
         id=row.id,
         name=row.name,

@@ -14,6 +14,7 @@ from sqlalchemy import delete as sql_delete
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from engine.detector import statement_class
 from service.core.errors import ApiError
 from service.db.models import QueryRow
 from service.db.session import now_us, session_write_gate
@@ -27,7 +28,6 @@ from service.statement import (
     check_warm,
     compile_row,
     get,
-    kind_of,
     public,
     set_version,
     window_us,
@@ -49,7 +49,7 @@ def run(
     ValueError
         When the runtime cannot run it.
     """
-    runtime.start_query(
+    runtime.registry.start_query(
         query_id=row.id,
         name=row.name,
         compiled=compiled,
@@ -102,12 +102,13 @@ def start_as_asked(
 
 def deferrable(row: QueryRow, compiled: AnyStatement, state: str, runtime: LiveRuntime) -> bool:
     """Whether an update can start without waiting for the ingest request in flight
-    (:meth:`LiveRuntime.start_deferred`): an active statement that ingest does not consult while stamping
+    (:meth:`StatementRegistry.start_deferred`): an active statement that ingest does not consult while stamping
     events and that emits nothing, before and after (no filter, no live-and-archived query, no EMIT INTO, no
-    derived input), updated with ``state=reset``. Call under ``runtime.control``."""
-    if state != "reset" or row.state != "active" or row.kind in ("filter", "live_archived") or row.emits:
+    derived input), updated with ``state=reset``: what the statement classes declare (``read_by_ingest``), the
+    stored row's by its ``kind``. Call under ``runtime.control``."""
+    if state != "reset" or row.state != "active" or statement_class(row.kind).read_by_ingest or row.emits:
         return False
-    if kind_of(compiled) in ("filter", "live_archived") or compiled.emit_into is not None:
+    if compiled.read_by_ingest or compiled.emit_into is not None:
         return False
     derived = runtime.emitters.keys()
     return not any(t in derived for t in (*row.types, *compiled.stream_types))
@@ -177,7 +178,7 @@ def update(
     emit_history: bool,
 ) -> QueryPublic:
     """A new version of query ``query_id`` from ``body`` (compiled as ``compiled``, the plan ``choice`` of its
-    trial): started at once when :func:`deferrable` (:meth:`LiveRuntime.start_deferred`), else after the ingest
+    trial): started at once when :func:`deferrable` (:meth:`StatementRegistry.start_deferred`), else after the ingest
     request in flight (:func:`update_now`).
 
     Raises
@@ -198,7 +199,7 @@ def update(
                 with session_write_gate(session):
                     session.commit()
 
-            runtime.start_deferred(
+            runtime.registry.start_deferred(
                 query_id=row.id, name=row.name, compiled=compiled, options=opts, version=row.version, commit=commit
             )
             return public(row, runtime)
@@ -248,7 +249,7 @@ def pause(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic:
             row.state = "paused"
             row.updated_at_us = now_us()
             session.commit()
-        runtime.stop_query(row.id)
+        runtime.registry.stop_query(row.id)
     return public(row, runtime)
 
 
@@ -314,4 +315,4 @@ def delete(session: Session, runtime: LiveRuntime, query_id: int, cascade: bool)
         session.execute(sql_delete(QueryRow).where(QueryRow.id.in_(ids)))
         session.commit()
         for qid in reversed(ids):
-            runtime.stop_query(qid)
+            runtime.registry.stop_query(qid)

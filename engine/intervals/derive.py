@@ -89,10 +89,8 @@ class IntervalStatement(OneTypeStatement):
     def window_us(self) -> int | None:
         return None  # a run has no bound on its length
 
-    @property
-    def kind(self) -> str:
-        """The statement kind the service records (``queries.kind``)."""
-        return "interval"
+    kind = "interval"
+    """The statement kind the service records (``queries.kind``)."""
 
     backfills = True
     """A backfill runs it per PARTITION BY key group, as live (:mod:`archive.backfill`)."""

@@ -206,6 +206,10 @@ class LiveArchivedPlan:
     """Its sides run as written (no plan trial or switch)."""
     emits_intervals = False
     """Its derived events (EMIT INTO) are point events."""
+    read_by_ingest = True
+    """The ingest path offers its worker each request's events as it stamps them."""
+    runs_alone = False
+    """It needs an archive source and a worker."""
 
     @property
     def patterns(self) -> tuple[CompiledQuery, ...]:

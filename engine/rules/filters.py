@@ -77,6 +77,9 @@ class CompiledFilter:
     chooses_plan = False
     emits_intervals = False
     archive_key_attr = None
+    read_by_ingest = True
+    """The ingest path applies it to each event before the archive."""
+    runs_alone = False
     patterns: ClassVar[tuple[Any, ...]] = ()
     """No pattern: no partial matches, no query limits."""
 

@@ -25,6 +25,8 @@ class OneTypeStatement:
     reads_archive = False
     chooses_plan = False
     archive_key_attr = None
+    read_by_ingest = False
+    runs_alone = False
     patterns: ClassVar[tuple[Any, ...]] = ()
     """No pattern: no partial matches, no query limits (what every statement declares, see
     :attr:`engine.compiler.CompiledQuery.patterns`)."""
@@ -66,10 +68,8 @@ class AggregateStatement(OneTypeStatement):
     ast: ast.AggregateQuery
     allowed_lateness_us: int = 0
 
-    @property
-    def kind(self) -> str:
-        """The statement kind the service records (``queries.kind``)."""
-        return "aggregate"
+    kind = "aggregate"
+    """The statement kind the service records (``queries.kind``)."""
 
     backfills = False
     """It runs live only."""

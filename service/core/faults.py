@@ -15,8 +15,9 @@ the environment of the process says so, read once at import (a live-and-archived
 
 The points (docs/architecture.md section 4): ``archive.flush.before_commit``, ``archive.flush.before_wal_delete``
 (``archive/writer.py``), ``webhook.after_post`` (``service/webhooks/dispatcher.py``), ``la.request_submitted``
-(``service/live/live_archived.py``), ``ingest.after_wal``, ``ingest.before_alert_commit`` and
-``checkpoint.mid_transaction`` (``service/live/runtime.py``).
+(``service/live/live_archived.py``), ``ingest.after_wal`` (``service/live/ingest.py``),
+``ingest.before_alert_commit`` (``service/live/results.py``) and ``checkpoint.mid_transaction``
+(``service/live/recovery.py``).
 """
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ class Ingest:
             res.ids = [e.id for e in accepted]
             self._count_in(accepted)
             res.matches = len(found)
-            res.alerts = rt.save(found)
+            res.alerts = rt.results.save(found)
         return res
 
     def push(self, events: list[Event], index: list[int] | None, res: IngestResult | None) -> list[Found]:

@@ -14,7 +14,7 @@ SQLite connections and threads). What stays in the service process:
   joins, on its own CPU. ``count`` and ``selectivity`` (OLLAA's statistics) go the same way.
 - **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
   ``record`` message and waits for the answer: the service commits them with their outbox rows in
-  one transaction (:meth:`LiveRuntime.record_results`, de-duplicated by (query, event ids)) before
+  one transaction (:meth:`service.live.results.Results.record`, de-duplicated by (query, event ids)) before
   the child forgets the request, so ``resume_from_us`` never passes an uncommitted result and a
   SIGKILL loses nothing (the restart replays from there; duplicates are dropped).
 

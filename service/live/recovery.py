@@ -129,7 +129,7 @@ def checkpoint(rt: LiveRuntime) -> None:
             if newest is not None:
                 known = lq.resume_seq if lq.resume_seq is not None else rt.order.floor
                 lq.resume_seq = rt.order.position_of(horizon(rt, lq, newest, pending[lq.id]).start_us, known)
-            lq.note_checkpoint(rt.order.next_seq, rt.results_recorded)  # every result before it recorded
+            lq.note_checkpoint(rt.order.next_seq, rt.results.recorded)  # every result before it recorded
             values: dict[str, Any] = {
                 "counters": lq.totals(), "resume_seq": lq.resume_seq, "checkpoint_seq": lq.checkpoint_seq
             }
@@ -393,4 +393,4 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
         for lq in rt.queries.values():  # what the replay counts again was counted before the restart
             lq.mark_replayed()  # a worker's: once it has matched the replayed events
         rt.metrics.replayed.inc(len(rows))
-        return len(rows), rt.save(found)
+        return len(rows), rt.results.save(found)

@@ -26,7 +26,7 @@ def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) ->
     detector alone and advances it to the current watermark, so it behaves as if it had always run.
     What that history completes is dropped, or recorded as alerts with ``emit_history`` (an EMIT INTO
     statement's history is never re-emitted: its readers saw it live). Call under the lock, right
-    after :meth:`LiveRuntime.start_query`.
+    after :meth:`StatementRegistry.start_query`.
 
     Returns
     -------
@@ -45,7 +45,7 @@ def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) ->
     results = rt.graph.warm(str(query_id), history, wm)
     alerts = 0
     if emit_history and results and lq.compiled.emit_into is None:
-        alerts = rt.save([Found(query_id, m, lq.version) for m in results])
+        alerts = rt.results.save([Found(query_id, m, lq.version) for m in results])
     lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
     return lq.warm
 
@@ -74,7 +74,7 @@ def switch_plan(rt: LiveRuntime, query_id: int, compiled: CompiledQuery) -> dict
     totals = lq.totals()
     if rt.pm_store is not None and lq.options.pm_capacity is not None:
         rt.pm_store.clear(f"q{query_id}")  # the old detector's spilled partial matches
-    detector = rt.pattern_detector(query_id, compiled, lq.options)
+    detector = rt.registry.pattern_detector(query_id, compiled, lq.options)
     dropped = rt.graph.replace(str(query_id), compiled, detector, history, wm)
     lq.compiled, lq.run = compiled, GraphRun(detector, node)
     lq.base = totals

@@ -5,10 +5,12 @@ SLLAA, OLLAA, LLAA and ALAA, FILTER + pattern, an EMIT INTO chain of two, AGGREG
 derivation + a query over it, an interval type with Allen relations on the live and the archived side, a FILTER on a
 derived type, ``dedup``, ``PLAN tree``, a small ``pm_capacity``), each alerting one with a webhook on a receiver that
 checks signatures. The fault-free run (SQLite; the same statements registered in the same order get the same ids on
-either database, so the same alerts) gives the expected alerts. Per database, one run kills the service at three
-points in turn, restarting it each time on the same data directory and database and posting again the batch that was
-not acknowledged; every kind's alerts must equal the fault-free run's, by event ids and fields, each idempotency key
-with one payload, and the service must start every time. ``python -m bench.crash`` runs many more points.
+either database, so the same alerts) gives the expected alerts. Every run ends each ingested type's stream with
+``POST /event-types/{name}/end`` after its last batch. Per database, one run kills the service at a few points in
+turn (on SQLite two of them among the end calls: a SIGTERM between two ends, a SIGKILL right after one), restarting it
+each time on the same data directory and database and posting again the request that was not acknowledged; every
+kind's alerts must equal the fault-free run's, by event ids and fields, each idempotency key with one payload, every
+type must have ended, and the service must start every time. ``python -m bench.crash`` runs many more points.
 """
 from __future__ import annotations
 
@@ -25,8 +27,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
 STREAM = make_stream(seed=1)
 PLANS = {
-    # mid-request (after the WAL append), archive requests in flight, SIGKILL right after the 30-day jump
-    "sqlite": [Fault("ingest.after_wal", 6), Fault("la.request_submitted", 3), Fault("jump", 1)],
+    # mid-request (after the WAL append), archive requests in flight, SIGKILL right after the 30-day jump; SIGTERM
+    # between the ends of s and f, SIGKILL right after the end of alarm (iv ends after the restart)
+    "sqlite": [
+        Fault("ingest.after_wal", 6), Fault("la.request_submitted", 3), Fault("jump", 1),
+        Fault("sigterm", len(STREAM.batches) + 1), Fault("end", 2),
+    ],
     # mid-delivery (after the 2xx, before the delivered mark), mid-archive flush (Delta committed, WAL not deleted),
     # SIGTERM
     "postgresql": [Fault("webhook.after_post", 80), Fault("archive.flush.before_wal_delete", 8), Fault("sigterm", 15)],
@@ -48,8 +54,10 @@ def faulty(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def test_the_fault_free_run_is_sound(fault_free: Outcome) -> None:
-    """Nothing refused, quiet at the end, every alerting statement alerted, the four algorithms agree."""
+    """Nothing refused, quiet at the end, every stream ended at the first call, every alerting statement alerted, the
+    four algorithms agree."""
     assert not fault_free.rejected and not fault_free.not_quiet and not fault_free.unplanned, fault_free
+    assert fault_free.ended == dict.fromkeys(STREAM.ends, False), fault_free.ended
     quiet = [s.name for s in STATEMENTS if s.alerts and not fault_free.alerts.get(s.name)]
     assert not quiet, f"statements without an alert: {quiet}"
     la = {name: sorted(fault_free.alerts[name]) for name in ("la_sllaa", "la_ollaa", "la_llaa", "la_alaa")}
@@ -62,6 +70,7 @@ def test_the_service_starts_every_time_and_every_fault_fires(database_kind: str,
     assert not faulty.unplanned, faulty.unplanned
     assert not faulty.key_conflicts, faulty.key_conflicts
     assert not faulty.not_quiet, f"still busy: {faulty.busy}"
+    assert sorted(faulty.ended) == sorted(STREAM.ends), faulty.ended  # every end acknowledged, once or again
 
 
 @pytest.mark.parametrize("kind", KINDS)

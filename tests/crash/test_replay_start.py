@@ -33,7 +33,6 @@ T0 = 1_709_251_200_000  # 2024-03-01T00:00:00Z
 STEP = 600_000  # an event every 10 min, for 8 days and 30 min
 EVENTS = [{"id": i + 1, "type": "s", "ts": T0 + i * STEP, "attrs": {"v": i % 7}} for i in range(8 * 144 + 3)]
 BATCH = 37  # 6 h 10 min of events per request: not aligned with the hours nor the dedup periods
-LAST = {"id": 99_999, "type": "s", "ts": EVENTS[-1]["ts"] + 7_200_000, "attrs": {"v": 0}}
 STATEMENTS = {
     "hi": "NAME hi PATTERN s x WHERE x.v > 1000 RETURN x.v AS v EMIT INTO hi",  # no WITHIN: 7 days of replay
     "hourly": "NAME hourly AGGREGATE s x WINDOW TUMBLING 1 h RETURN count(x) AS n",
@@ -51,7 +50,8 @@ def settle(rx: Receiver) -> None:
 
 
 def run(database_kind: str, tmp: Path, restart: bool) -> dict[str, list[dict[str, Any]]]:
-    """Post the 8 days, SIGTERM and start again when ``restart``, post one more event; the alerts per statement."""
+    """Post the 8 days, SIGTERM and start again when ``restart``, end the stream (``POST /event-types/s/end``: the
+    last hourly window closes); the alerts per statement."""
     rx = Receiver()
     rx.start()
     try:
@@ -76,7 +76,8 @@ def run(database_kind: str, tmp: Path, restart: bool) -> dict[str, list[dict[str
                     svc.stop()
                     svc.start()
                 with svc.client() as c:
-                    assert c.post("/events", json=[LAST]).json()["accepted"] == 1
+                    r = c.post("/event-types/s/end")
+                    assert r.status_code == 200 and not r.json()["already_ended"], r.text
                 settle(rx)
             finally:
                 svc.stop()
@@ -95,7 +96,7 @@ def engine_pairs() -> list[dict[str, Any]]:
     """The ``once`` matches the engine alone finds over the stream (no service, no restart)."""
     det = make_detector(compile_statement(STATEMENTS["once"]))
     out = []
-    for e in [*EVENTS, LAST]:
+    for e in EVENTS:
         out += [m.to_json()["events"] for m in det.push(Event(e["id"], e["type"], e["ts"] * 1000, e["attrs"]))]
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.detector import compile_statement
+from engine.detector import compile_statement, statement_class
 from engine.limits import QueryLimits, check_limits
 from engine.lql.errors import QueryError
 
@@ -20,24 +20,27 @@ INTERVAL = "NAME i INTERVAL A a WHEN a.v > 1 PARTITION BY k COVER 5 min RETURN c
 
 
 @pytest.mark.parametrize(
-    ("text", "kind", "reads_archive", "backfills", "chooses_plan", "emits_intervals", "sides"),
-    [
-        (PATTERN, "live", False, True, True, False, 1),
-        (LIVE_ARCHIVED, "live_archived", True, True, False, False, 2),
-        (FILTER, "filter", False, False, False, False, 0),
-        (AGGREGATE, "aggregate", False, False, False, False, 0),
-        (INTERVAL, "interval", False, True, False, True, 0),
+    ("text", "kind", "declared", "sides"),
+    [  # reads_archive, backfills, chooses_plan, emits_intervals, read_by_ingest, runs_alone
+        (PATTERN, "live", (False, True, True, False, False, True), 1),
+        (LIVE_ARCHIVED, "live_archived", (True, True, False, False, True, False), 2),
+        (FILTER, "filter", (False, False, False, False, True, False), 0),
+        (AGGREGATE, "aggregate", (False, False, False, False, False, False), 0),
+        (INTERVAL, "interval", (False, True, False, True, False, False), 0),
     ],
 )
 def test_each_statement_declares_what_callers_ask(
-    text: str, kind: str, reads_archive: bool, backfills: bool, chooses_plan: bool, emits_intervals: bool, sides: int
+    text: str, kind: str, declared: tuple[bool, ...], sides: int
 ) -> None:
     s = compile_statement(text)
-    assert (s.kind, s.reads_archive, s.backfills, s.chooses_plan, s.emits_intervals) == (
-        kind, reads_archive, backfills, chooses_plan, emits_intervals
-    )
+    names = ("reads_archive", "backfills", "chooses_plan", "emits_intervals", "read_by_ingest", "runs_alone")
+    assert s.kind == kind
+    assert tuple(getattr(s, n) for n in names) == declared
     assert len(s.patterns) == sides
-    assert s.archive_key_attr == ("k" if reads_archive else None)
+    assert s.archive_key_attr == ("k" if declared[0] else None)
+    cls = statement_class(kind)  # a stored row's kind -> what its class declares (a stopped statement)
+    assert type(s) is cls
+    assert tuple(getattr(cls, n) for n in names) == declared
 
 
 def test_spans_a_backfill_reads() -> None:

@@ -1,0 +1,112 @@
+"""Recording the running statements' results: alerts and their outbox rows, one transaction per batch
+(docs/architecture.md sections 2-4).
+
+The runtime's rule graph hands its results to :meth:`Results.save` (ingest, ticks, the end of a stream, the restart
+replay, ``state=warm``); a live-and-archived worker (a thread or a process of its own) commits its results as it
+finds them with :meth:`Results.record`. Both go through :func:`service.live.outbox.record_alerts`, which
+de-duplicates by (query, event ids), so a result recorded twice (a replay, a retry) alerts once. A failed
+transaction keeps the rule graph's batch in memory and tries it again with the next one (:attr:`Results.recorded`
+says whether anything waits: a checkpoint then does not claim those results recorded).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from engine.match import Match
+from service.core.faults import crash_point
+from service.core.metrics import Metrics
+from service.db.session import now_us, transaction
+from service.live.live_query import LiveQuery
+from service.live.outbox import Found, record_alerts
+
+log = logging.getLogger(__name__)
+
+
+class Results:
+    """Where the running statements' results are recorded as alerts + outbox rows.
+
+    Parameters
+    ----------
+    sessions : sessionmaker
+        Database sessions (alerts and outbox).
+    metrics : Metrics
+        ``matches`` (per statement name), ``alerts``, ``alerts_duplicate``, ``alert_write_errors``.
+    queries : Mapping[int, LiveQuery]
+        The running statements by id (the runtime's): a deleted statement's results are dropped, a result
+        without a version gets its running version's.
+    lock : context manager
+        The runtime's lock (:class:`~service.live.applying_lock.ApplyingLock`), taken by :meth:`retry_unsaved`.
+    """
+
+    def __init__(
+        self, *, sessions: sessionmaker[Session], metrics: Metrics, queries: Mapping[int, LiveQuery], lock: Any
+    ) -> None:
+        self.sessions = sessions
+        self.metrics = metrics
+        self.queries = queries
+        self.lock = lock
+        self.on_deliveries: Callable[[], None] | None = None
+        """Called after a transaction that wrote alerts or outbox rows (the webhook dispatcher's wake-up)."""
+        self._unsaved: list[Found] = []
+
+    def record(self, query_id: int, matches: list[Match]) -> None:
+        """Commit a live-and-archived query's results: alerts + outbox in one transaction (any thread).
+
+        Raises
+        ------
+        Exception
+            When the database cannot take them (the worker retries). A deleted query's results
+            are dropped.
+        """
+        if query_id not in self.queries:
+            return
+        lq = self.queries.get(query_id)
+        found = [Found(query_id, m, lq.version if lq else None) for m in matches]
+        with transaction(self.sessions) as session:
+            alerts, deliveries = record_alerts(session, found, now_us=now_us())
+        lq = self.queries.get(query_id)
+        self.metrics.matches.labels(lq.name if lq else str(query_id)).inc(len(found))
+        self.metrics.alerts.inc(alerts)
+        self.metrics.alerts_duplicate.inc(len(found) - alerts)
+        if (alerts or deliveries) and self.on_deliveries is not None:
+            self.on_deliveries()
+
+    def save(self, found: list[Found]) -> int:
+        """Record alerts + outbox in one transaction; keep them for the next try if the database fails. Returns
+        the alerts written (0 when the transaction failed: the batch waits for the next call)."""
+        batch = [f for f in self._unsaved if f.query_id in self.queries] + found  # a deleted query's are dropped
+        if not batch:
+            return 0
+        for f in batch:
+            if f.version is None:
+                f.version = self.queries[f.query_id].version if f.query_id in self.queries else None
+        try:
+            with transaction(self.sessions) as session:
+                alerts, deliveries = record_alerts(session, batch, now_us=now_us())
+                crash_point("ingest.before_alert_commit")
+        except Exception:
+            self._unsaved = batch
+            self.metrics.alert_write_errors.inc()
+            log.exception("recording %d alerts failed; retried with the next batch", len(batch))
+            return 0
+        self._unsaved = []
+        self.metrics.alerts.inc(alerts)
+        self.metrics.alerts_duplicate.inc(len(batch) - alerts)
+        if (alerts or deliveries) and self.on_deliveries is not None:  # rowcount of INSERT..SELECT is not portable
+            self.on_deliveries()
+        return alerts
+
+    @property
+    def recorded(self) -> bool:
+        """Whether every result found so far is recorded (no failed alert transaction left one in memory)."""
+        return not self._unsaved
+
+    def retry_unsaved(self) -> None:
+        """Try again to record alerts a failed transaction left in memory."""
+        with self.lock:
+            if self._unsaved:
+                self.save([])
