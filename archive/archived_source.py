@@ -61,6 +61,12 @@ class Extract:
     key_attr: str | None = None
     pattern: Pattern | None = None
 
+    def batch_key(self) -> tuple[tuple[str, ...], str | None, bool]:
+        """Requests with equal keys are read together (:meth:`SparkArchiveSource.extract_tables`): their event
+        types, key attribute and whether they select by key."""
+        keyed = self.keys is not None or isinstance(self.ranges, Mapping)
+        return tuple(dict.fromkeys(self.types)), self.key_attr, keyed
+
 
 def _typed(request: Mapping[Hashable, list[Range]], kind: str) -> dict[Hashable, list[Range]]:
     """``request`` with each key as a value of attribute type ``kind`` (:func:`key_for`); keys no event can
@@ -202,9 +208,7 @@ class SparkArchiveSource:
         out: list[Answer] = [(None, None)] * len(requests)
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, r in enumerate(requests):
-            names = tuple(dict.fromkeys(r.types))
-            keyed = r.keys is not None or (isinstance(r.ranges, Mapping))
-            groups.setdefault((names, r.key_attr, keyed), []).append(i)
+            groups.setdefault(r.batch_key(), []).append(i)
         for (names, key_attr, _), members in groups.items():
             etypes = self._known(names)
             asks = [normalize_request(requests[i].keys, requests[i].ranges) for i in members]
@@ -414,6 +418,10 @@ class LazyArchiveSource:
     ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
         """See :meth:`SparkArchiveSource.extract_table` (``key_attr``, ``pattern``)."""
         return self.get().extract_table(types, keys, ranges, **kw)
+
+    def extract_tables(self, requests: Sequence[Extract]) -> list[Answer]:
+        """See :meth:`SparkArchiveSource.extract_tables`."""
+        return self.get().extract_tables(requests)
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None
