@@ -15,9 +15,14 @@ Spark; otherwise the request is by time only and the keys are filtered here.
 """
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from archive.pushdown import apply_filter
+from archive.ranges import merge_ranges, rows_in
 from engine.compiler import CompiledQuery
 from engine.events import MAX_TS_US, MIN_TS_US, Event
 from engine.live_archived.plan import Range
@@ -27,6 +32,7 @@ from engine.matcher import Matcher
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     from archive.extractor import Extractor
     from archive.stats import ArchiveStats
@@ -36,11 +42,57 @@ if TYPE_CHECKING:
 Pattern = PatternQuery | CompiledQuery  # an archived side: its syntax tree or its compiled query
 MIN_US = MIN_TS_US  # Spark timestamps start at 0001-01-01
 MAX_US = MAX_TS_US
+Answer = tuple["pa.Table | None", "dict[Hashable, list[Range]] | None"]
+"""What an archive request gets: ``(table, keep)`` (:meth:`SparkArchiveSource.extract_table`)."""
 EXACT_SELECTIVITY_BELOW = 1_000  # archived events: below this, selectivity is computed exactly here
 
 
 def _clamp(rng: Range) -> Range:
     return (max(rng[0], MIN_US), min(rng[1], MAX_US))
+
+
+@dataclass(frozen=True, slots=True)
+class Extract:
+    """One archive request as :meth:`SparkArchiveSource.extract_table` takes it (see there)."""
+
+    types: tuple[str, ...]
+    keys: tuple[Hashable, ...] | None
+    ranges: Ranges
+    key_attr: str | None = None
+    pattern: Pattern | None = None
+
+    def batch_key(self) -> tuple[tuple[str, ...], str | None, bool]:
+        """Requests with equal keys are read together (:meth:`SparkArchiveSource.extract_tables`): their event
+        types, key attribute and whether they select by key."""
+        keyed = self.keys is not None or isinstance(self.ranges, Mapping)
+        return tuple(dict.fromkeys(self.types)), self.key_attr, keyed
+
+
+def _typed(request: Mapping[Hashable, list[Range]], kind: str) -> dict[Hashable, list[Range]]:
+    """``request`` with each key as a value of attribute type ``kind`` (:func:`key_for`); keys no event can
+    have are left out."""
+    typed: dict[Hashable, list[Range]] = {}
+    for k, rs in request.items():
+        tk = key_for(k, kind)
+        if tk is not None:
+            typed.setdefault(tk, []).extend(rs)
+    return typed
+
+
+def _ends(table: pa.Table) -> Any:
+    """Each output row's end, int64 us: ``ts_end`` (interval events), else ``ts``."""
+    import pyarrow.compute as pc
+
+    ts = table.column("ts")
+    if "ts_end" in table.column_names:
+        ts = pc.coalesce(table.column("ts_end"), ts)
+    return ts.to_numpy()
+
+
+def pa_array(mask: Any) -> Any:
+    import pyarrow as pa
+
+    return pa.array(mask)
 
 
 def key_for(value: Hashable, kind: str) -> Hashable | None:
@@ -130,27 +182,87 @@ class SparkArchiveSource:
         if self.before_read is not None:
             self.before_read()
         etypes = self._known(types)
-        request = normalize_request(keys, ranges)
+        return self._read(etypes, normalize_request(keys, ranges), key_attr, self._where(pattern, etypes))
+
+    def extract_tables(self, requests: Sequence[Extract]) -> list[Answer]:
+        """Answer several archive requests with one read per set of event types (issue 25: the shared
+        scheduler's job): each answer equals :meth:`extract_table` of its request alone.
+
+        Requests of the same types, key attribute and keyedness are read together: the union of their keys
+        and access ranges, each archived pattern's single-event conditions joined by OR (no filter when one
+        of them has none); the rows are then handed back to each request, cut to its own keys, ranges and
+        conditions (Arrow masks; no Python object per row).
+
+        Parameters
+        ----------
+        requests : sequence of Extract
+            ``(types, keys, ranges, key_attr, pattern)`` as :meth:`extract_table` takes them.
+
+        Returns
+        -------
+        list of (table, keep)
+            One per request, in order; see :meth:`extract_table`.
+        """
+        if self.before_read is not None:
+            self.before_read()
+        out: list[Answer] = [(None, None)] * len(requests)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault(r.batch_key(), []).append(i)
+        for (names, key_attr, _), members in groups.items():
+            etypes = self._known(names)
+            asks = [normalize_request(requests[i].keys, requests[i].ranges) for i in members]
+            wheres = [self._where(requests[i].pattern, etypes) for i in members]
+            if len(members) == 1:
+                out[members[0]] = self._read(etypes, asks[0], key_attr, wheres[0])
+                continue
+            union: dict[Hashable, list[Range]] = {}
+            for ask in asks:
+                for k, rs in ask.items():
+                    union.setdefault(k, []).extend(rs)
+            either = None if any(w is None for w in wheres) else functools.reduce(operator.or_, wheres)
+            table, keep = self._read(etypes, {k: merge_ranges(rs) for k, rs in union.items()}, key_attr, either)
+            self.requests -= 1  # counted once per request it answers
+            for i, ask, where in zip(members, asks, wheres):
+                self.requests += 1
+                if table is None or not ask:
+                    continue
+                mine = apply_filter(table, where) if where is not either else table
+                if keep is not None:  # keys the archive could not select by: the caller filters, as alone
+                    out[i] = (mine, {k: [_clamp(r) for r in rs] for k, rs in ask.items()})
+                    continue
+                kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
+                typed = _typed(ask, next(iter(kinds)) or "") if None not in ask else ask
+                if not typed:
+                    continue
+                ends = _ends(mine)
+                keys = None if None in typed else mine.column(key_attr)
+                mask = rows_in(ends, keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
+                out[i] = (mine.filter(pa_array(mask)), None)
+        return out
+
+    def _where(self, pattern: Pattern | None, etypes: Mapping[str, EventType]) -> pc.Expression | None:
+        """The single-event conditions of ``pattern`` over ``etypes``' rows (None: no filter)."""
+        if pattern is None or not etypes:
+            return None
+        from archive.pushdown import single_event_filter
+
+        ast = pattern.ast if isinstance(pattern, CompiledQuery) else pattern
+        return single_event_filter(ast, list(etypes.values()))
+
+    def _read(
+        self, etypes: Mapping[str, EventType], request: dict[Hashable, list[Range]], key_attr: str | None,
+        where: pc.Expression | None,
+    ) -> Answer:
         if not etypes or not request:
             return None, None
         request = {k: [_clamp(r) for r in rs] for k, rs in request.items()}
-        where = None
-        if pattern is not None:
-            from archive.pushdown import single_event_filter
-
-            ast = pattern.ast if isinstance(pattern, CompiledQuery) else pattern
-            where = single_event_filter(ast, list(etypes.values()))
         keyed = None not in request
         kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
         by_spark = keyed and all(t.partition_key == key_attr for t in etypes.values()) and len(kinds) == 1
         self.requests += 1
         if by_spark:
-            kind = next(iter(kinds))
-            typed: dict[Hashable, list[Range]] = {}
-            for k, rs in request.items():
-                tk = key_for(k, kind or "")
-                if tk is not None:
-                    typed.setdefault(tk, []).extend(rs)
+            typed = _typed(request, next(iter(kinds)) or "")
             if not typed:
                 return None, None
             return self.extractor.extract(list(etypes), None, typed, where=where), None
@@ -306,6 +418,10 @@ class LazyArchiveSource:
     ) -> tuple[pa.Table | None, dict[Hashable, list[Range]] | None]:
         """See :meth:`SparkArchiveSource.extract_table` (``key_attr``, ``pattern``)."""
         return self.get().extract_table(types, keys, ranges, **kw)
+
+    def extract_tables(self, requests: Sequence[Extract]) -> list[Answer]:
+        """See :meth:`SparkArchiveSource.extract_tables`."""
+        return self.get().extract_tables(requests)
 
     def count(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, range: Range, *, key_attr: str | None = None

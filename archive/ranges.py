@@ -95,22 +95,45 @@ def in_ranges(ts: np.ndarray, ranges: Sequence[Range]) -> np.ndarray:
 
 def request_mask(etype: EventType, table: pa.Table, request: Request) -> np.ndarray:
     """Boolean mask of the rows of a record-shaped ``table`` of ``etype`` in ``request``: by key and by end
-    (``ts_end`` of an interval type, else ``ts``).
+    (``ts_end`` of an interval type, else ``ts``); see :func:`rows_in`.
+
+    Raises
+    ------
+    ValueError
+        When ``request`` is by key and ``etype`` has no partition key.
+    """
+    import pyarrow as pa
+
+    ts = table.column("ts_end" if etype.interval else "ts").cast(pa.int64()).to_numpy()
+    if None in request:
+        return rows_in(ts, None, request)
+    if etype.partition_key is None:
+        raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
+    return rows_in(ts, table.column(etype.partition_key), request)
+
+
+def rows_in(ends: np.ndarray, keys: pa.Array | pa.ChunkedArray | None, request: Request) -> np.ndarray:
+    """Boolean mask of the rows whose end (``ends``, int64 us) lies in the ranges ``request`` gives their key
+    (``keys``, the rows' key values, typed like ``request``'s keys; None with a ``{None: ranges}`` request).
 
     Vectorized over rows: each row's key is looked up once, then compared with the n-th interval of its key
     for n up to the most intervals a key has (or, when that is more than the keys, key by key).
+
+    Raises
+    ------
+    ValueError
+        When ``request`` is by key and ``keys`` is None.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    ts = table.column("ts_end" if etype.interval else "ts").cast(pa.int64()).to_numpy()
     if None in request:
-        return in_ranges(ts, request[None])
-    if etype.partition_key is None:
-        raise ValueError(f"type {etype.name} has no key attribute: request it by time ranges only")
-    keys = table.column(etype.partition_key)
+        return in_ranges(ends, request[None])
+    if keys is None:
+        raise ValueError("a request by key needs the rows' keys")
     slot = pc.fill_null(pc.index_in(keys, value_set=pa.array(list(request), type=keys.type)), -1).to_numpy()
-    out = np.zeros(table.num_rows, dtype=bool)
+    ts = ends
+    out = np.zeros(len(ends), dtype=bool)
     found = slot >= 0
     per_key = list(request.values())
     most = max(len(rs) for rs in per_key)

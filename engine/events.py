@@ -105,3 +105,5 @@ MIN_TS_US = -62_135_596_800_000_000
 """0001-01-01T00:00:00Z: the earliest timestamp the archive (Delta, Spark, Arrow dates) can store."""
 MAX_TS_US = 253_402_300_799_999_999
 """9999-12-31T23:59:59.999999Z: the latest timestamp the archive can store."""
+END_OF_TIME = (1 << 63) - 1
+"""The watermark after the end of input (an ended stream, a flush): every event time has passed."""

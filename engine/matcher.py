@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from engine.buffer.chain import ChainStorage
 from engine.compiler import CompiledQuery
-from engine.events import Event
+from engine.events import END_OF_TIME, Event
 from engine.lql.ast import components
 from engine.match import Match
 from engine.nfa.conjunct_order import ConjunctPlanner, clone_plan
@@ -33,7 +33,6 @@ from engine.plugins.stage import OperatorStage
 from engine.pm.buffer import PartialMatchBuffer
 from engine.pm.store import PartialMatchStore
 
-END_OF_TIME = (1 << 63) - 1
 SWEEP_EVERY_US = 10_000_000
 """Sweeping every key for expired partial matches costs O(keys); do it at most every 10 s of event time."""
 _BEGIN = (-(1 << 63), -(1 << 63))

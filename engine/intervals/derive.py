@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
-from engine.events import Event, attr_getter
+from engine.events import END_OF_TIME, Event, attr_getter
 from engine.lql import ast
 from engine.match import Match
 from engine.matcher import LateEventError
@@ -27,7 +27,6 @@ from engine.nfa.compiler import _aggregate, pick_attr
 from engine.nfa.conditions import Fn, compile_bool, compile_value
 from engine.rules.statements import OneTypeStatement
 
-END_OF_TIME = (1 << 63) - 1
 _NEVER = -(1 << 63)
 
 

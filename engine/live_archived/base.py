@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from engine.events import Event
+from engine.events import END_OF_TIME, Event
 from engine.live_archived.counters import RunCounters
 from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import ArchiveSource, Ranges
@@ -40,11 +40,17 @@ class LiveInstance:
         The watermark (event time, int us) when the live matcher reported it.
     completed_wall : float
         The clock (seconds) when the event that completed it was pushed.
+    requested_ts : int | None
+        The event time (int us) when the archive request that answers it was made (:meth:`Runner.submit`):
+        the watermark then, or the newest live event's time when the watermark is past it (the end of a
+        stream). Its event-time delay is measured to this, not to the watermark when the answer came back
+        (which may have moved on by years: issue 25). None until then.
     """
 
     match: Match
     completed_ts: int
     completed_wall: float
+    requested_ts: int | None = None
 
 
 @dataclass(slots=True)
@@ -282,6 +288,8 @@ class Runner:
 
         ``mergeable``: see :class:`ArchiveWork`.
         """
+        for inst in instances:  # at the end of input the watermark is END_OF_TIME: nothing waited in event time
+            inst.requested_ts = self.watermark if self.watermark < END_OF_TIME else inst.completed_ts
         work = ArchiveWork(instances, answer, mergeable)
         if self.defer is None:
             return work.run()
@@ -346,7 +354,8 @@ class Runner:
         else:
             out.extend(plan.result(inst.match, j) for j in joined)
             emitted = len(joined)
-        delay_event = self.watermark - inst.completed_ts
+        due = inst.requested_ts if inst.requested_ts is not None else self.watermark
+        delay_event = due - inst.completed_ts
         delay_wall = self.clock() - inst.completed_wall
         self.counters.delay_event_us.extend([delay_event] * emitted)
         self.counters.delay_wall_s.extend([delay_wall] * emitted)

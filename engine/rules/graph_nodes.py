@@ -14,13 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.compiler import CompiledQuery
-from engine.events import Event
+from engine.events import END_OF_TIME, Event
 from engine.lql import ast
 from engine.rules.filters import CompiledFilter
 
 NEVER = -(1 << 63)
 """The watermark before any event: nothing is known to be complete."""
-END_OF_TIME = (1 << 63) - 1
 
 Factory = Callable[[Any], Any]
 """Compiled statement -> its detector (``push``/``advance``/``flush``/``stats``/``next_deadline``)."""

@@ -67,9 +67,17 @@ class Metrics:
             "archive (open subwindows and requests in flight)", ["query"], registry=r,
         )
         self.archive_request_seconds = Histogram(
-            "lace_archive_request_seconds", "Wall time of one archive request of a live-and-archived query "
-            "(Spark job, archived matching and join)",
+            "lace_archive_request_seconds", "Wall time of one archive read for live-and-archived queries "
+            "(a shared read of the scheduler, or one request of a query run on a thread)",
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 120),
+            registry=r,
+        )
+        self.archive_reads = Gauge(
+            "lace_archive_reads", "Reads of the shared archive request scheduler (each at most one Spark job) since "
+            "the service started", registry=r,
+        )
+        self.archive_reads_requests = Gauge(
+            "lace_archive_read_requests", "Archive requests of live-and-archived queries those reads answered",
             registry=r,
         )
         self.live_queries = Gauge("lace_live_queries", "Active live queries", registry=r)

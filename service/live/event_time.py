@@ -21,8 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-END_OF_TIME = (1 << 63) - 1
-"""The watermark of an ended type (and of a set of ended types): every event time has passed."""
+from engine.events import END_OF_TIME
 
 
 class EventTime:

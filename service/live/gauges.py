@@ -30,6 +30,10 @@ def refresh_gauges(rt: LiveRuntime) -> None:
     m.partial_matches.set(total)
     m.partial_matches_spilled.set(spilled)
     rt.metrics.live_queries.set(len(rt.queries))
+    if rt.scheduler is not None:
+        reads = rt.scheduler.stats()
+        m.archive_reads.set(reads["reads"])
+        m.archive_reads_requests.set(reads["requests"])
     if rt.archive is not None:
         stats = rt.archive.stats()
         rt.metrics.archive_buffered.set(stats.get("buffered", 0))

@@ -7,9 +7,10 @@ child process started with the ``spawn`` context (no fork of a process that hold
 SQLite connections and threads). What stays in the service process:
 
 - **Spark.** The Spark session lives in the service; the child asks for archived events with an
-  ``extract`` message, the service runs the request on its bounded pool (at most
-  ``LACE_LA_LOOKUP_WORKERS`` at once over all queries; a Spark job, or an Arrow read of a small
-  request, with the rows failing a one-event ``P_A``'s WHERE left out) and answers with the Arrow
+  ``extract`` message, the service's shared scheduler (:mod:`service.live.archive_scheduler`) reads it
+  together with the other queries' waiting requests of the same types (at most ``LACE_LA_LOOKUP_WORKERS``
+  reads at once; a Spark job, or an Arrow read of a small request, with the rows failing a one-event
+  ``P_A``'s WHERE left out; each request gets exactly its own rows) and answers with the Arrow
   table as IPC bytes; the child turns rows into events (``archive.schema.output_to_events``), matches ``P_A`` and
   joins, on its own CPU. ``count`` and ``selectivity`` (OLLAA's statistics) go the same way.
 - **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
@@ -40,12 +41,16 @@ from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from archive.archived_source import Extract
 from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import Ranges
 from engine.match import Match
+
+if TYPE_CHECKING:
+    from service.live.archive_scheduler import ArchiveScheduler
 
 log = logging.getLogger(__name__)
 
@@ -176,11 +181,12 @@ class ProcessWorker:
         The service's archive source; needs ``extract_table`` (``archive.archived_source``), ``count``
         and ``selectivity``.
     spark_pool : ThreadPoolExecutor
-        Where the Spark jobs run (bounded, shared by all queries).
+        Where OLLAA's ``count`` and ``selectivity`` run (bounded, shared by all queries).
+    scheduler : ArchiveScheduler
+        Where ``extract`` requests go: one read answers the waiting requests of every query
+        (:mod:`service.live.archive_scheduler`, issue 25).
     record : callable
         ``record(query_id, matches)``: commits results (alerts + outbox); raises when it cannot.
-    observe : callable, optional
-        ``observe(seconds)`` per Spark job (a metrics histogram).
     """
 
     def __init__(
@@ -190,8 +196,8 @@ class ProcessWorker:
         plan: LiveArchivedPlan,
         source: Any,
         spark_pool: ThreadPoolExecutor,
+        scheduler: ArchiveScheduler,
         record: Callable[[int, list[Any]], None],
-        observe: Callable[[float], None] | None = None,
     ) -> None:
         self.query_id = spec.query_id
         self.name = spec.name
@@ -201,8 +207,8 @@ class ProcessWorker:
         """Set when the child has built its runner and answers requests."""
         self.source = source
         self.spark_pool = spark_pool
+        self.scheduler = scheduler
         self.record = record
-        self.observe = observe
         self.stopped = False
         self.unsent = 0
         self.sent = 0
@@ -356,6 +362,8 @@ class ProcessWorker:
                 if what == "record":  # not on the Spark pool: a commit never waits behind a Spark job
                     answer = functools.partial(self._record, *args)
                     threading.Thread(target=chan.reply, args=(rid, answer), daemon=True).start()
+                elif what == "extract":  # to the shared scheduler: read together with other queries' requests
+                    self._extract(rid, *args)
                 else:
                     self.spark_pool.submit(chan.reply, rid, functools.partial(self._archive, what, *args))
             elif kind == "called":
@@ -367,15 +375,24 @@ class ProcessWorker:
         self.record(self.query_id, [JsonMatch(d) for d in docs])
         return len(docs)
 
+    def _extract(
+        self, rid: int, types: list[str], keys: list[Any] | None, ranges: Any, key_attr: str | None, archived: bool
+    ) -> None:
+        """Queue the child's archive request ``rid`` on the shared scheduler; its answer (the rows as Arrow IPC
+        bytes, and the ``keep`` filter) is sent when the read that covers it is done."""
+        pattern = self.plan.archived if archived else None  # the child's P_A is this plan's
+        request = Extract(tuple(types), None if keys is None else tuple(keys), ranges, key_attr, pattern)
+
+        def answer(done: Future[Any]) -> None:
+            def value() -> Any:
+                table, keep = done.result()
+                return (_to_ipc(table) if table is not None else None), keep
+
+            self.chan.reply(rid, value)
+
+        self.scheduler.submit(request).add_done_callback(answer)
+
     def _archive(self, what: str, *args: Any) -> Any:
-        started = time.perf_counter()
-        if what == "extract":
-            types, keys, ranges, key_attr, archived = args
-            pattern = self.plan.archived if archived else None  # the child's P_A is this plan's
-            table, keep = self.source.extract_table(types, keys, ranges, key_attr=key_attr, pattern=pattern)
-            if self.observe is not None:
-                self.observe(time.perf_counter() - started)
-            return (_to_ipc(table) if table is not None else None), keep
         if what == "count":
             types, keys, rng, key_attr = args
             return self.source.count(types, keys, rng, key_attr=key_attr)

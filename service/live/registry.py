@@ -141,7 +141,7 @@ class StatementRegistry:
             )
 
         self.warm_source()
-        if rt.la_process and hasattr(source, "extract_table"):  # its own process (la_process.py)
+        if rt.la_process and rt.scheduler is not None:  # its own process (la_process.py)
             return ProcessWorker(
                 spec=ChildSpec(
                     query_id=query_id, name=name, ast=compiled.ast,
@@ -152,8 +152,8 @@ class StatementRegistry:
                     pm_store_url=getattr(rt.pm_store, "url", None),
                     lookup_workers=rt.lookups.pool._max_workers, log_level=logging.getLogger().level,
                 ),
-                plan=compiled, source=source, spark_pool=rt.lookups.pool, record=rt.results.record,
-                observe=rt.metrics.archive_request_seconds.observe,
+                plan=compiled, source=source, spark_pool=rt.lookups.pool, scheduler=rt.scheduler,
+                record=rt.results.record,
             )
         return LiveArchivedWorker(
             query_id=query_id,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,6 +41,7 @@ from engine.rules.index import RuleIndex
 from service.core.metrics import Metrics
 from service.db.session import now_us
 from service.live.applying_lock import ApplyingLock
+from service.live.archive_scheduler import ArchiveScheduler, BatchSource
 from service.live.event_time import EventTime
 from service.live.gauges import refresh_gauges
 from service.live.ingest import Ingest, IngestResult
@@ -114,6 +115,10 @@ class LiveRuntime:
         self.pm_store = pm_store
         self.defaults = defaults or RunOptions(Algorithm.sllaa, DEFAULT_TOLERANCE_US, None, PmPolicy.stpm)
         self.lookups = ArchiveLookups(lookup_workers, metrics.archive_request_seconds.observe)
+        self.scheduler = ArchiveScheduler(
+            cast("BatchSource", source), lookup_workers, metrics.archive_request_seconds.observe
+        ) if source is not None and hasattr(source, "extract_tables") else None
+        """Reads the archive for every live-and-archived query run in a process of its own, batched (issue 25)."""
         self.lock = ApplyingLock()
         """Held by ingest for a whole request and by every change of the running statements; a change that
         needs no answer from the running state is deferred to its holder
@@ -203,6 +208,8 @@ class LiveRuntime:
             for lq in list(self.queries.values()):
                 lq.close()
         self.lookups.close()
+        if self.scheduler is not None:
+            self.scheduler.close()
 
     def activation_us(self) -> int:
         """A wall-clock instant that every later ingest stamps strictly after (call under :attr:`lock`, or

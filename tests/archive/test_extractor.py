@@ -175,3 +175,46 @@ def test_a_one_event_archived_pattern_filters_rows_before_they_become_events(loa
     got = source.extract(["traffic"], keys, span, key_attr="key", pattern=pattern)
     assert sorted((e.id, e.type) for e in got) == sorted(want) and 0 < len(got) < len(source.extract(
         ["traffic"], keys, span, key_attr="key"))
+
+
+@pytest.mark.parametrize("local_read_bytes", [0, 1 << 30])
+def test_requests_read_together_each_get_what_they_get_alone(loaded, spark, local_read_bytes):
+    """Issue 25's shared job: requests of several queries answered by one read per set of types (the union of
+    keys and ranges, patterns OR-ed), each handed exactly the events it gets alone, in one Spark job per set."""
+    from archive.archived_source import Extract, SparkArchiveSource, keep_requested
+    from engine.compiler import compile_query
+
+    writer, _ = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer, local_read_bytes=local_read_bytes)
+    source = SparkArchiveSource(ex)
+    rng = random.Random(25)
+    patterns = [None, compile_query("PATTERN SEQ(traffic c) WHERE c.speed > 60"),
+                compile_query("PATTERN SEQ(traffic c) WHERE c.ok = TRUE AND c.speed < 40")]
+    requests = []
+    for _ in range(24):
+        keys, ranges = random_request(rng)
+        types = rng.choice([("traffic",), ("traffic", "parking"), ("parking",)])
+        keyed = keys is not None or isinstance(ranges, dict)
+        requests.append(Extract(
+            types, None if keys is None else tuple(keys), ranges, "key" if keyed else None,
+            rng.choice(patterns) if types == ("traffic",) else None,
+        ))
+
+    def events_of(answer, request):
+        table, keep = answer
+        evs = [] if table is None else output_to_events(table)
+        evs = evs if keep is None else keep_requested(evs, keep, request.key_attr)
+        return sorted((e.id, e.type) for e in evs)
+
+    alone = [
+        events_of(source.extract_table(r.types, r.keys, r.ranges, key_attr=r.key_attr, pattern=r.pattern), r)
+        for r in requests
+    ]
+    reads = []
+    extract = ex.extract
+    ex.extract = lambda *a, **kw: reads.append(a[0]) or extract(*a, **kw)  # type: ignore[method-assign]
+    together = source.extract_tables(requests)
+    assert [events_of(a, r) for a, r in zip(together, requests)] == alone
+    assert sum(map(len, alone)) > 0 and sum(1 for a in alone if a) > len(requests) // 2
+    groups = {(r.types, r.key_attr, r.keys is not None or isinstance(r.ranges, dict)) for r in requests}
+    assert 0 < len(reads) <= len(groups) < len(requests)  # one read (at most one Spark job) per set of types

@@ -263,3 +263,23 @@ def test_every_archive_request_names_the_archived_pattern(algorithm):
     got = list(replay(events, runner, source.append))
     assert [r.ids() for r in got] == [{"p": [2], "q": [1]}]
     assert source.patterns and all(p is plan.archived for p in source.patterns)
+
+
+def test_the_event_time_delay_is_measured_when_the_request_is_made_not_when_it_is_answered():
+    """Issue 25: a deferred request answered after the stream's event time jumped by years reported a delay of
+    years (the watermark at the answer). The delay is the event time from the instance's completion to its
+    request: here the LLAA request goes out at once (0), and an answer after a 3-year jump changes nothing."""
+    q = "LIVE PATTERN B b ARCHIVED PATTERN A a LOOKBACK 1 min"
+    plan = compile_live_archived(q)
+    archive = MemoryArchive()
+    deferred = []
+    runner = make_runner("llaa", plan, archive, defer=deferred.append)
+    for e in [ev(1, "A", 1), ev(2, "B", 12)]:
+        archive.append(e)
+        assert runner.push(e) == []
+    assert len(deferred) == 1
+    jump = ev(3, "X", 3 * 365 * 86_400)
+    archive.append(jump)
+    runner.push(jump)  # the watermark moves on by 3 years before the request is answered
+    assert len(deferred[0].run()) == 1
+    assert runner.counters.delay_event_us == [0]

@@ -8,6 +8,7 @@ from engine.detector import compile
 from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import MemoryArchive
+from service.live.archive_scheduler import ArchiveScheduler
 from service.live.la_process import ChildSpec, ProcessWorker
 
 TEXT = """NAME a_then_b
@@ -29,7 +30,9 @@ def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
         algorithm="sllaa", tolerance_us=3_600_000_000, allowed_lateness_us={}, lateness_us=0,
     )  # fmt: skip
     pool = ThreadPoolExecutor(max_workers=1)
-    worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool, record=lambda q, m: None)
+    worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool,
+                           scheduler=ArchiveScheduler(MemoryArchive(), 1),  # type: ignore[arg-type]
+                           record=lambda q, m: None)
     try:
         events = [Event(i, "pass", i * 1_000_000, {"car": i, "at": "C"}) for i in range(1, 51)]
         worker.offer(events, None)
@@ -50,8 +53,8 @@ def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
 
 
 def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
-    """The service's source gets ``P_A`` with every ``extract`` of the child (it filters a one-event ``P_A``'s
-    rows before they are sent, archive.pushdown); what the source returns is what the child matches."""
+    """The service's scheduler hands the source ``P_A`` with every ``extract`` of the child (it filters a one-event
+    ``P_A``'s rows before they are sent, archive.pushdown); what the source returns is what the child matches."""
     from archive.schema import events_to_record, record_to_output
     from engine.event_type import EventType
 
@@ -65,9 +68,10 @@ def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
         def __init__(self) -> None:
             self.patterns: list[object] = []
 
-        def extract_table(self, types, keys, ranges, *, key_attr=None, pattern=None):
-            self.patterns.append(pattern)
-            return record_to_output(etype, events_to_record(etype, [archived], ingested_at_us=0)), None
+        def extract_tables(self, requests):
+            self.patterns += [r.pattern for r in requests]
+            return [(record_to_output(etype, events_to_record(etype, [archived], ingested_at_us=0)), None)] * len(
+                requests)
 
         def count(self, *args, **kw) -> int:
             return 0
@@ -81,7 +85,8 @@ def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
         algorithm="llaa", tolerance_us=0, allowed_lateness_us={}, lateness_us=0,
     )  # fmt: skip
     pool = ThreadPoolExecutor(max_workers=1)
-    worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool,
+    scheduler = ArchiveScheduler(source, 1)
+    worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool, scheduler=scheduler,
                            record=lambda q, m: found.extend(m))
     try:
         worker.offer([Event(2, "pass", 2_000_000, {"car": 7, "at": "B"})], 3_000_000)

@@ -226,6 +226,14 @@ def test_demo_live_and_archived_queries_over_rest_equal_replay(
                 assert la["archive_requests"] <= la["live_instances"]
             assert stats["pm_capacity"] == 50
 
+        # issue 25: the queries' archive requests went through the shared scheduler (one read answers the
+        # requests of every query waiting at once; each got its own rows: the comparisons above)
+        metrics = {
+            line.split()[0]: float(line.split()[1])
+            for line in c.get("/metrics").text.splitlines() if line.startswith("lace_archive_read")
+        }
+        assert 0 < metrics["lace_archive_reads"] <= metrics["lace_archive_read_requests"], metrics
+
         # a backfill of a live-and-archived query over REST: the live side over [from, to), the archived
         # side before it, the join in Spark; equal to what the live run found for live instances in range
         stem = "drop_after_rebound"
