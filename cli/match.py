@@ -81,13 +81,7 @@ def match(
     of EMIT INTO statements, i.e. the derived events, included).
     """
     texts = [(path, read_text(path)) for path in query]
-    if not events.is_file():
-        fail(f"{events}: no such file")
-    column_types = _load_schema(schema) if schema is not None else None
-    try:
-        lateness_us = parse_duration_us(lateness)
-    except ValueError as e:
-        fail(f"--lateness: {e}")
+    column_types, lateness_us = event_file_options(events, schema, lateness)
 
     from engine.detector import compile_statement
     from engine.lql.errors import QueryError
@@ -192,6 +186,19 @@ def _graph_run(
             where = f"{path}:{tree.pos.line}:{tree.pos.column}"
             fail(f"{where}: a live-and-archived statement needs the archive: use `lace replay` or the service")
     return _GraphRun(graph)
+
+
+def event_file_options(events: Path, schema: Path | None, lateness: str) -> tuple[dict[str, str] | None, int]:
+    """The checked ``--events``, ``--schema`` and ``--lateness`` of ``lace match`` and ``lace stream``: the column
+    types of ``--schema`` (None without one) and the lateness in int microseconds; a missing file or a bad value
+    ends the command with its error (:func:`cli.app.fail`)."""
+    if not events.is_file():
+        fail(f"{events}: no such file")
+    column_types = _load_schema(schema) if schema is not None else None
+    try:
+        return column_types, parse_duration_us(lateness)
+    except ValueError as e:
+        fail(f"--lateness: {e}")
 
 
 def _load_schema(path: Path) -> dict[str, str]:

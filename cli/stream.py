@@ -11,8 +11,8 @@ from typing import Annotated, cast
 
 import typer
 
-from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, parse_duration_us, read_text, warn
-from cli.match import MatchFormatChoice, _load_schema, _open_out_binary
+from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, read_text, warn
+from cli.match import MatchFormatChoice, _open_out_binary, event_file_options
 
 
 @app.command()
@@ -51,13 +51,7 @@ def stream(
     key in transformWithStateInPandas (RocksDB state store, event-time timers, the lateness as the watermark).
     """
     text = read_text(query)
-    if not events.is_file():
-        fail(f"{events}: no such file")
-    column_types = _load_schema(schema) if schema is not None else None
-    try:
-        lateness_us = parse_duration_us(lateness)
-    except ValueError as e:
-        fail(f"--lateness: {e}")
+    column_types, lateness_us = event_file_options(events, schema, lateness)
 
     from engine.compiler import compile_query
     from engine.io import EventFileError, open_event_file
