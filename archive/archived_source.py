@@ -89,12 +89,6 @@ def _ends(table: pa.Table) -> Any:
     return ts.to_numpy()
 
 
-def pa_array(mask: Any) -> Any:
-    import pyarrow as pa
-
-    return pa.array(mask)
-
-
 def key_for(value: Hashable, kind: str) -> Hashable | None:
     """``value`` as a key of attribute type ``kind`` (None when no event of that type can equal it).
 
@@ -203,6 +197,8 @@ class SparkArchiveSource:
         list of (table, keep)
             One per request, in order; see :meth:`extract_table`.
         """
+        import pyarrow as pa
+
         if self.before_read is not None:
             self.before_read()
         out: list[Answer] = [(None, None)] * len(requests)
@@ -222,23 +218,23 @@ class SparkArchiveSource:
                     union.setdefault(k, []).extend(rs)
             either = None if any(w is None for w in wheres) else functools.reduce(operator.or_, wheres)
             table, keep = self._read(etypes, {k: merge_ranges(rs) for k, rs in union.items()}, key_attr, either)
-            self.requests -= 1  # counted once per request it answers
+            self.requests += len(members) - 1  # one per request it answers (the read counted one)
+            if table is None:
+                continue
+            kind = next(iter({t.attributes.get(key_attr or "") for t in etypes.values()})) or ""
             for i, ask, where in zip(members, asks, wheres):
-                self.requests += 1
-                if table is None or not ask:
+                if not ask:
                     continue
                 mine = apply_filter(table, where) if where is not either else table
                 if keep is not None:  # keys the archive could not select by: the caller filters, as alone
                     out[i] = (mine, {k: [_clamp(r) for r in rs] for k, rs in ask.items()})
                     continue
-                kinds = {t.attributes.get(key_attr or "") for t in etypes.values()}
-                typed = _typed(ask, next(iter(kinds)) or "") if None not in ask else ask
+                typed = _typed(ask, kind) if None not in ask else ask
                 if not typed:
                     continue
-                ends = _ends(mine)
                 keys = None if None in typed else mine.column(key_attr)
-                mask = rows_in(ends, keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
-                out[i] = (mine.filter(pa_array(mask)), None)
+                mask = rows_in(_ends(mine), keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
+                out[i] = (mine.filter(pa.array(mask)), None)
         return out
 
     def _where(self, pattern: Pattern | None, etypes: Mapping[str, EventType]) -> pc.Expression | None:

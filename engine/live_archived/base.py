@@ -42,9 +42,9 @@ class LiveInstance:
         The clock (seconds) when the event that completed it was pushed.
     requested_ts : int | None
         The event time (int us) when the archive request that answers it was made (:meth:`Runner.submit`):
-        the watermark then, or the newest live event's time when the watermark is past it (the end of a
-        stream). Its event-time delay is measured to this, not to the watermark when the answer came back
-        (which may have moved on by years: issue 25). None until then.
+        the watermark then, or its own ``completed_ts`` when the watermark is the end of time (the end of a
+        stream: nothing waited in event time). Its event-time delay is measured to this, not to the watermark
+        when the answer came back (which may have moved on by years: issue 25). None until then.
     """
 
     match: Match

@@ -68,10 +68,6 @@ class ArchiveScheduler:
         self.pool.submit(self._read)
         return fut
 
-    def extract_table(self, request: Extract) -> Answer:
-        """:meth:`submit` and wait (for callers on threads of their own)."""
-        return self.submit(request).result()
-
     def _read(self) -> None:
         with self.lock:
             if not self.waiting:
