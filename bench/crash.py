@@ -133,6 +133,9 @@ class Outcome:
     log: str = ""
     log_lines: list[str] = field(default_factory=list)
     """Errors and warnings the service logged."""
+    archived: dict[str, list[int]] = field(default_factory=dict)
+    """Per event type (ingested and derived), the ids of the events its archive table holds after the run, sorted
+    (an id twice when it is there twice)."""
 
 
 class Run:
@@ -346,6 +349,7 @@ class Run:
         finally:
             self.svc.stop()
             self.rx.stop()
+        self.out.archived = archived_ids(self.svc.data_dir / "archive")
         self.out.not_reached = [str(f) for f in self.pending]
         self.out.alerts, self.out.key_conflicts = delivered(self.rx)
         self.out.seconds = time.monotonic() - started
@@ -353,6 +357,33 @@ class Run:
         text = self.svc.log_path.read_text(errors="replace")
         self.out.log_lines = [ln for ln in text.splitlines() if re.search(r"ERROR|WARNING|Traceback|LACE_CRASH", ln)]
         return self.out
+
+
+def archived_ids(root: Path) -> dict[str, list[int]]:
+    """Per Delta table under ``root`` (one per event type), the ids of its events, sorted (read with delta-rs)."""
+    from deltalake import DeltaTable
+
+    out: dict[str, list[int]] = {}
+    for table in sorted(root.iterdir()) if root.is_dir() else []:
+        if DeltaTable.is_deltatable(str(table)):
+            ids = DeltaTable(str(table)).to_pyarrow_dataset().to_table(columns=["id"]).column("id").to_pylist()
+            out[table.name] = sorted(ids)
+    return out
+
+
+def compare_archives(want: dict[str, list[int]], got: dict[str, list[int]]) -> dict[str, tuple[int, int, int]]:
+    """Per event type whose archive differs from ``want``'s: (events missing, events archived twice or more
+    often than in ``want``, events ``want`` does not have)."""
+    out = {}
+    for t in sorted(set(want) | set(got)):
+        w, g = Counter(want.get(t, [])), Counter(got.get(t, []))
+        missing = sum((w - g).values())
+        extra = g - w
+        unknown = sum(n for i, n in extra.items() if i not in w)
+        twice = sum(extra.values()) - unknown
+        if missing or twice or unknown:
+            out[t] = (missing, twice, unknown)
+    return out
 
 
 def delivered(rx: WebhookReceiver) -> tuple[dict[str, list[Alert]], list[str]]:
@@ -456,8 +487,13 @@ def one_run(kind: str, tmp: Path, stream: Stream, faults: list[Fault], **kw: Any
         return Run(db, tmp / "data", stream, faults, **kw).go()
 
 
-def table(rows: dict[str, dict[str, list[int]]], starts: dict[str, int], runs: dict[str, int]) -> str:
-    """Markdown: one row per kind, one column per point; a cell is ``lost/duplicated/wrong`` summed over its runs."""
+def table(
+    rows: dict[str, dict[str, list[int]]], starts: dict[str, int], runs: dict[str, int],
+    archive: dict[str, list[int]] | None = None,
+) -> str:
+    """Markdown: one row per kind, one column per point; a cell is ``lost/duplicated/wrong`` summed over its runs.
+    Then failed starts, and the archive: events ``missing/twice/unknown`` against the fault-free run's, summed over
+    every event type (ingested and derived) and the point's runs."""
     points = [p for p in POINTS if runs.get(p)]
     head = "| kind | " + " | ".join(f"{p} ({runs[p]})" for p in points) + " |"
     lines = [head, "|" + " --- |" * (len(points) + 1)]
@@ -465,6 +501,9 @@ def table(rows: dict[str, dict[str, list[int]]], starts: dict[str, int], runs: d
         cells = ["/".join(str(x) for x in rows[k].get(p, [0, 0, 0])) for p in points]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
     lines.append("| failed starts | " + " | ".join(str(starts.get(p, 0)) for p in points) + " |")
+    if archive is not None:
+        cells = ["/".join(str(x) for x in archive.get(p, [0, 0, 0])) for p in points]
+        lines.append("| archive (missing/twice/unknown events) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -491,12 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fault-free run: {clean.seconds:.0f} s, alerts { {k: len(v) for k, v in sorted(clean.alerts.items())} }, "
           f"passes {passes}, refused {clean.rejected}", flush=True)
     again = one_run(args.db, base / "clean2", stream, [])
-    nondet = {k: d.counts() for k, d in compare(clean.alerts, again.alerts).items() if d}
+    nondet: dict[str, Any] = {k: d.counts() for k, d in compare(clean.alerts, again.alerts).items() if d}
+    nondet.update({f"archive {t}": c for t, c in compare_archives(clean.archived, again.archived).items()})
     la = [sorted(clean.alerts.get(f"la_{a}", [])) for a in ("sllaa", "ollaa", "llaa", "alaa")]
     print(f"second fault-free run: {again.seconds:.0f} s, differs in {nondet or 'nothing'}; the four algorithms "
           f"agree: {all(x == la[0] for x in la)}", flush=True)
     rows: dict[str, dict[str, list[int]]] = {k: {} for k in KINDS}
     failed_starts: Counter[str] = Counter()
+    archive_cells: dict[str, list[int]] = {}
     runs: Counter[str] = Counter()
     records = []
     for n in range(args.points):
@@ -510,19 +551,25 @@ def main(argv: list[str] | None = None) -> int:
             cell = rows[k].setdefault(point, [0, 0, 0])
             for j, x in enumerate(d.counts()):
                 cell[j] += x
-        bad = {k: d.counts() for k, d in diffs.items() if d}
+        bad: dict[str, Any] = {k: d.counts() for k, d in diffs.items() if d}
+        archive = compare_archives(clean.archived, got.archived)
+        cell = archive_cells.setdefault(point, [0, 0, 0])
+        for counts in archive.values():
+            cell[:] = [a + b for a, b in zip(cell, counts, strict=True)]
+        bad.update({f"archive {t}": c for t, c in archive.items()})
         print(f"run {n}: {fault}, {got.seconds:.0f} s, fired {got.fired}, not reached {got.not_reached}, failed "
               f"starts {len(got.failed_starts)}, key conflicts {len(got.key_conflicts)}, unplanned {got.unplanned}, "
               f"ended (already_ended) {got.ended}: {bad or 'all equal'}", flush=True)
-        records.append({"run": n, "fault": str(fault), "outcome": {**vars(got), "alerts": None},
-                        "diffs": {k: vars(d) for k, d in diffs.items() if d}})
+        records.append({"run": n, "fault": str(fault), "outcome": {**vars(got), "alerts": None, "archived": None},
+                        "diffs": {k: vars(d) for k, d in diffs.items() if d}, "archive": archive})
     only = f" --only {args.only}" if args.only else ""
     print(f"\nCrash suite: `python -m bench.crash --points {args.points} --seed {args.seed} --db {args.db}{only}`, "
           f"{platform.machine()}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d')}; a cell is "
           "lost/duplicated/wrong alerts summed over the point's runs (in parentheses)\n")
-    print(table(rows, failed_starts, runs))
+    print(table(rows, failed_starts, runs, archive_cells))
     if args.json:
-        doc = {"clean": {**vars(clean), "alerts": {k: len(v) for k, v in clean.alerts.items()}},
+        doc = {"clean": {**vars(clean), "alerts": {k: len(v) for k, v in clean.alerts.items()},
+                         "archived": {k: len(v) for k, v in clean.archived.items()}},
                "nondeterministic": nondet, "runs": records}
         args.json.write_text(json.dumps(doc, indent=1))
     return 0

@@ -115,22 +115,24 @@ class CompiledQuery:
 
     @property
     def state_span_us(self) -> int | None:
-        """How far before its newest event the query's state may depend on events, int microseconds: WITHIN plus
-        what its operators remember beyond it (:func:`engine.plugins.stage.operators_history_us`; 0 without
-        operators); None when either is unbounded. A restart's replay begins this, plus the allowed lateness,
-        before the newest archived event (issue 24).
+        """How far before its newest event the query's state may depend on events, int microseconds: its
+        :attr:`match_span_us` (WITHIN; 0 for a pattern of one event, which keeps no partial match) plus what its
+        operators remember beyond it (:func:`engine.plugins.stage.operators_history_us`; 0 without operators);
+        None when either is unbounded. A restart's replay begins this, plus the allowed lateness, before the
+        newest archived event (issue 24).
 
         Raises
         ------
         PluginError
             When an operator's ``history_us()`` misbehaves.
         """
-        if self.window_us is None or not self.operators:
-            return self.window_us
+        span = self.match_span_us
+        if span is None or not self.operators:
+            return span
         from engine.plugins.stage import operators_history_us
 
         reach = operators_history_us(self.operators)
-        return None if reach is None else self.window_us + reach
+        return None if reach is None else span + reach
 
     @property
     def live_types(self) -> frozenset[str]:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -58,7 +58,7 @@ class Horizon:
     """How far back (event time, int us) a statement's state reaches, and what a replay limit cuts of it.
 
     ``cut_us``: event time its state needs beyond ``LACE_REPLAY_MAX_S`` (0: nothing cut); ``unbounded``: the
-    statement has no WITHIN, its state has no bound.
+    statement's state has no bound (a pattern without WITHIN, an INTERVAL run, a count window).
     """
 
     start_us: int
@@ -276,6 +276,37 @@ def read_rows(root: Path, spec: EventType, *, from_seq: int | None, since: tuple
     return out
 
 
+def not_archived(root: Path, events: list[Event]) -> list[Event]:
+    """The derived ``events`` (EMIT INTO) whose ids the archive under ``root`` does not hold, in their order.
+
+    The replay derives again what its statements derived before the restart, under the same ids
+    (:func:`engine.rules.derived.derived_event_id`); the archive holds them unless a crash came between the
+    input events' write-ahead log and the derived events' (a SIGKILL during the request that derived them; the
+    re-posted request is a duplicate then and derives nothing). Reads the ``id`` column of each type's table
+    over the events' dates and ``ts`` range only.
+    """
+    import pyarrow.dataset as pds
+    from deltalake import DeltaTable
+
+    by_type: dict[str, list[Event]] = {}
+    for e in events:
+        by_type.setdefault(e.type, []).append(e)
+    held: set[int] = set()
+    for name, evs in by_type.items():
+        uri = _table_uri(root, name)
+        if uri is None:
+            continue
+        lo, hi = min(e.ts for e in evs), max(e.ts for e in evs)
+        day = [datetime.fromtimestamp(t / 1e6, tz=UTC).strftime("%Y-%m-%d") for t in (lo, hi)]
+        flt = (
+            (pds.field("date") >= day[0]) & (pds.field("date") <= day[1])
+            & (pds.field("ts") >= pa.scalar(lo, TS_TYPE)) & (pds.field("ts") <= pa.scalar(hi, TS_TYPE))
+        )
+        ids = DeltaTable(uri).to_pyarrow_dataset().to_table(columns=["id"], filter=flt).column("id")
+        held.update(ids.to_pylist())
+    return [e for e in events if e.id not in held]
+
+
 # ---------------------------------------------------------------------- the restart replay
 
 
@@ -288,8 +319,8 @@ def record_cut(rt: LiveRuntime, lq: LiveQuery, h: Horizon) -> None:
     rt.metrics.replay_cut_seconds.labels(lq.name).inc(h.cut_us / 1e6)
     if h.unbounded:
         log.warning(
-            "query %s (%d): the restart replay goes back only %d s (LACE_REPLAY_MAX_S) because the query has "
-            "no WITHIN; partial matches that started earlier are lost",
+            "query %s (%d): the restart replay goes back only %d s (LACE_REPLAY_MAX_S) because its state has no "
+            "bound (a pattern without WITHIN, an INTERVAL run, a count window); what it held from earlier is lost",
             lq.name, lq.id, h.cut_us // 1_000_000,
         )
     else:
@@ -345,18 +376,52 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict
     return {"events": n, "alerts": alerts, "from_seq": floor}
 
 
+def settle(rt: LiveRuntime, newest: Mapping[str, int], derived: list[tuple[str, Event]]) -> list[Found]:
+    """Advance the rule graph to the watermark of the rows replayed so far (``newest``: per type, its newest event
+    time, int us), as the service had advanced it when it took the checkpoint; return the results of statements
+    without a checkpoint position (the others recorded theirs before the restart), and add the derived events
+    emitted so far to ``derived`` (archived before the restart; the replay hands them on with the rest).
+
+    Without it, what the watermark had released before the checkpoint came out only at the end of the replay,
+    where nothing tells it from a new result: a replay that starts inside an ``INTERVAL`` run (the earliest
+    position of any statement, not this one's) derives that run again without its first events, under another
+    id, and its reader alerted a pair with it (the crash suite, PostgreSQL, archive flush;
+    ``tests/crash/test_replay_start.py``). The watermark is each type's newest minus its lateness, the earliest
+    over a statement's types, never an ended type's end of time nor an idle type's: at most the service's then,
+    so nothing released here was still to come after the checkpoint.
+    """
+    late = rt.event_time.lateness_us
+    marks = {t: top - late(t) for t, top in newest.items()}
+    if not marks or not rt.graph.nodes:
+        derived.extend(rt.graph.take_derived())
+        return []
+
+    def watermark(types: Iterable[str]) -> int | None:
+        got = [marks[t] for t in types if t in marks]
+        return min(got) - 1 if got else None
+
+    out = [Found(int(name), m) for name, m in rt.graph.advance(max(marks.values()) - 1, watermark)]
+    derived.extend(rt.graph.take_derived())
+    return [f for f in out if rt.queries[f.query_id].checkpoint_seq is None]
+
+
 def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
     """Feed ``rows`` (in ingest order) to the statements that received them live (stamped after their
     ``active_since_us``). Returns ``(events replayed, new alerts)``.
 
     The results a row makes for a statement whose checkpoint was taken after it (``row.seq < checkpoint_seq``)
     were recorded before the restart: they rebuild its state and are not alerted again (the replay may start
-    inside an AGGREGATE window or a ``dedup`` chain that fired long ago, and find them otherwise). The others are
-    de-duplicated by their identity (query, event ids; a window's bounds and fields).
+    inside an AGGREGATE window or a ``dedup`` chain that fired long ago, and find them otherwise). So are those
+    the watermark had released by the checkpoint: before the first row at or after the earliest
+    ``checkpoint_seq`` the statements are advanced as far as the rows before it take them (:func:`settle`). The
+    others are de-duplicated by their identity (query, event ids; a window's bounds and fields).
     """
     found: list[Found] = []
     graph = rt.graph
     ingest = rt.ingest_path
+    settle_at = min((q.checkpoint_seq for q in rt.queries.values() if q.checkpoint_seq is not None), default=None)
+    newest: dict[str, int] = {}  # per type, the newest event time replayed so far
+    archived: list[tuple[str, Event]] = []  # derived before the checkpoint
     with rt.lock:
         for row in rows:
             e = row.event
@@ -367,6 +432,11 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
                 attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
                 ingest.recent_ids[e.id] = content_digest(e.type, e.ts, attrs)
                 ingest.last_id = max(ingest.last_id, e.id)
+            if settle_at is not None and row.seq is not None and row.seq >= settle_at:
+                found.extend(settle(rt, newest, archived))
+                settle_at = None
+            if e.ts_end > newest.get(e.type, e.ts_end - 1):
+                newest[e.type] = e.ts_end
             takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > lq.active_since_us]
             graph_wanted = False
             for lq in takers:  # a worker keeps its events, handed over in one batch (offer_replayed)
@@ -381,9 +451,12 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             graph.take_late()
             if graph.failures:
                 ingest.mark_failed(graph, None, None, None)
+        if settle_at is not None:  # every row lies before the checkpoint
+            found.extend(settle(rt, newest, archived))
         ingest.remember({})
         for lq in rt.queries.values():
             lq.offer_replayed()
+        rt.derived(archived, archive=False)
         rt.replaying = True
         try:
             found.extend(rt.advance())

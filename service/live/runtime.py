@@ -49,6 +49,7 @@ from service.live.ingest_order import IngestOrder
 from service.live.live_archived import ArchiveLookups
 from service.live.live_query import LiveQuery, RunOptions
 from service.live.outbox import Found
+from service.live.recovery import not_archived
 from service.live.registry import StatementRegistry
 from service.live.results import Results
 
@@ -154,7 +155,8 @@ class LiveRuntime:
         self.emitters: dict[str, set[int]] = {}
         """Derived event type -> the queries that EMIT INTO it."""
         self.replaying = False
-        """True while the restart replay advances the statements (derived events are archived already)."""
+        """True while the restart replay advances the statements (the derived events it derives again are archived
+        already, but for those a crash kept from the archive: :func:`service.live.recovery.not_archived`)."""
         self.registry = StatementRegistry(self)
         """Starts and stops the statements' runs (:mod:`service.live.registry`)."""
         self.results = Results(sessions=sessions, metrics=metrics, queries=self.queries, lock=self.lock)
@@ -265,17 +267,19 @@ class LiveRuntime:
         out = [Found(int(name), m) for name, m in graph.advance(top, self.event_time.watermark)]
         if graph.failures:
             self.ingest_path.mark_failed(graph, None, None, None)
-        self._derived()
+        self.derived()
         return out
 
-    def _derived(self) -> None:
-        """Archive the derived events the graph emitted (EMIT INTO) and hand them to live-and-archived workers."""
-        items = self.graph.take_derived()
+    def derived(self, items: list[tuple[str, Event]] | None = None, *, archive: bool = True) -> None:
+        """Archive the derived events the graph emitted (EMIT INTO; ``items``: (statement, event) taken from it
+        earlier; ``archive``: False for those the restart replay knows were archived before it) and hand them to
+        live-and-archived workers."""
+        items = self.graph.take_derived() if items is None else items
         if not items:
             return
         events = [e for _, e in items]
-        if self.archive is not None and not self.replaying:
-            self.archive.append(events)
+        if self.archive is not None and archive:  # the replay's: archived before, unless a crash came first
+            self.archive.append(not_archived(self.archive.root, events) if self.replaying else events)
         for e in events:
             self.event_time.observe(e.type, e.ts_end)
         self.metrics.events_derived.inc(len(events))

@@ -23,3 +23,12 @@ def test_an_operator_without_the_declaration_remembers_nothing_beyond_the_window
 def test_without_operators_or_without_within() -> None:
     assert compile_query("PATTERN SEQ(a x, b y) WITHIN 2 min").state_span_us == 2 * MIN
     assert compile_query("PATTERN SEQ(dedup(alarm, 5 min) d, alarm b)").state_span_us is None
+
+
+def test_a_pattern_of_one_event_keeps_no_state() -> None:
+    """One event without WITHIN keeps no partial match: a restart replays nothing for it (it was reported as a
+    statement without a bound, with a warning that partial matches were lost, when it had none)."""
+    assert compile_query("PATTERN s x WHERE x.v > 88").state_span_us == 0
+    assert compile_query("PATTERN SEQ(s x)").state_span_us == 0
+    assert compile_query("PATTERN SEQ(s+ x[])").state_span_us is None  # a Kleene closure without WITHIN
+    assert compile_query("PATTERN SEQ(a x, b y)").state_span_us is None
