@@ -150,7 +150,7 @@ class StatementRegistry:
                     allowed_lateness_us=lateness, lateness_us=max_lateness,
                     pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
                     pm_store_url=getattr(rt.pm_store, "url", None),
-                    lookup_workers=rt.lookups.pool._max_workers, log_level=logging.getLogger().level,
+                    requests_in_flight=rt.la_requests_in_flight, log_level=logging.getLogger().level,
                 ),
                 plan=compiled, source=source, spark_pool=rt.lookups.pool, scheduler=rt.scheduler,
                 record=rt.results.record,
