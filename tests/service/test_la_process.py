@@ -124,9 +124,7 @@ class GatedSource:
             self.gate.wait(60)
         out = []
         for r in requests:
-            rows = [
-                e for e in self.archived if e.attrs["car"] in r.keys and any(lo <= e.ts < hi for lo, hi in r.ranges)
-            ]
+            rows = [e for e in self.archived if any(lo <= e.ts < hi for lo, hi in _ranges_of(r, e.attrs["car"]))]
             out.append((record_to_output(self.etype, events_to_record(self.etype, rows, ingested_at_us=0)), None))
         return out
 
@@ -135,6 +133,13 @@ class GatedSource:
 
     def selectivity(self, *args) -> float:
         return 0.0
+
+
+def _ranges_of(request: Any, key: int) -> list[tuple[int, int]]:
+    """The ranges ``request`` (an ``Extract``) asks for events of ``key``: by key, or its ranges for its keys (all)."""
+    if isinstance(request.ranges, dict):
+        return list(request.ranges.get(key, ()))
+    return list(request.ranges) if request.keys is None or key in request.keys else []
 
 
 def _llaa_worker(source: GatedSource, in_flight: int, found: list) -> tuple[ProcessWorker, ArchiveScheduler, Any]:
