@@ -17,7 +17,9 @@ SQLite connections and threads). What stays in the service process:
   them (issue 25: LLAA makes one request per live instance; with two at a time, reads answered 1.7 requests
   each and LLAA fell minutes behind). The child's :class:`~service.live.live_archived.ArchiveLookups` has one
   thread per request in flight, up to ``requests_in_flight`` (:data:`REQUESTS_IN_FLIGHT`, 256: the scheduler's
-  ``MAX_BATCH``); a later request waits in the child until a thread is free, none is dropped. Why threads and
+  ``MAX_BATCH``); a later request waits in the child until a thread is free, none is dropped. Mergeable
+  requests (SLLAA subwindows) keep their own bound (``mergeable_in_flight``, ``LACE_LA_LOOKUP_WORKERS``): the
+  subwindows that close while those run are merged into one request, as before. Why threads and
   not a future completed by the read loop: an algorithm's answer (:class:`engine.live_archived.base.ArchiveWork`:
   request, then ``P_A`` matching and the joins) is one synchronous call, the same the in-thread worker and the
   engine run; splitting it into a request and a continuation would change every algorithm for what a blocked
@@ -97,6 +99,9 @@ class ChildSpec:
         Archive requests of this query at the service's scheduler at once (``LACE_LA_REQUESTS_IN_FLIGHT``,
         default :data:`REQUESTS_IN_FLIGHT`); the query's later requests wait in the child, in order, until
         an answer comes back (none is dropped). The child's lookup pool has this many threads.
+    mergeable_in_flight : int
+        Of those, mergeable ones (SLLAA subwindows) at once (``LACE_LA_LOOKUP_WORKERS``, as when the child had that
+        many lookup threads): subwindows that close meanwhile wait and become one request over their union.
     """
 
     query_id: int
@@ -112,6 +117,7 @@ class ChildSpec:
     pm_query_id: str | None = None
     pm_store_url: str | None = None
     requests_in_flight: int = REQUESTS_IN_FLIGHT
+    mergeable_in_flight: int = 2
     log_level: int = field(default=logging.WARNING)
 
 
@@ -510,7 +516,9 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
     def record(_query_id: int, matches: list[Match]) -> None:
         chan.request("record", [m.to_json() for m in matches]).result()  # raises: the worker retries
 
-    lookups = ArchiveLookups(spec.requests_in_flight)  # one thread per request in flight (module docstring)
+    lookups = ArchiveLookups(  # one thread per request in flight (module docstring)
+        spec.requests_in_flight, mergeable_in_flight=spec.mergeable_in_flight
+    )
     worker = LiveArchivedWorker(
         query_id=spec.query_id,
         name=spec.name,
