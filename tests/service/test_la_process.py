@@ -217,3 +217,45 @@ def test_requests_beyond_the_limit_wait_in_the_query_process_and_none_is_dropped
         worker.stop()
         pool.shutdown()
         scheduler.close()
+
+
+def test_a_query_process_still_merges_the_subwindows_that_close_while_one_is_answered() -> None:
+    """The child's pool has a thread per request in flight, but mergeable requests (SLLAA subwindows) keep their own
+    bound: those that close while one is answered wait and become one request over their union (as with two
+    threads); requests that are not mergeable go on meanwhile."""
+    from engine.live_archived.base import ArchiveWork, LiveInstance
+    from engine.match import Match
+    from service.live.live_archived import ArchiveLookups
+
+    gate, asked, done = threading.Event(), [], []
+
+    def answer(insts: list[LiveInstance]) -> list[Match]:
+        asked.append(sorted(i.match.start for i in insts))
+        if len(asked) == 1:
+            gate.wait(10)
+        return []
+
+    class Owner:  # what ArchiveLookups reads and calls of its LiveArchivedWorker
+        stopped, merged, errors, name, failed = False, 0, 0, "q", None
+
+        def finished(self, parts: list[ArchiveWork], results: list[Match]) -> None:
+            done.extend(parts)
+
+    def work(start: int, mergeable: bool = True) -> ArchiveWork:
+        return ArchiveWork([LiveInstance(Match("q", {}, start, start), start, 0.0)], answer, mergeable)
+
+    lookups, owner = ArchiveLookups(8, mergeable_in_flight=1), Owner()
+    try:
+        lookups.submit(owner, work(1))  # type: ignore[arg-type]
+        assert _wait(lambda: len(asked) == 1, 10)
+        for start in (2, 3, 4):
+            lookups.submit(owner, work(start))  # type: ignore[arg-type]
+        lookups.submit(owner, work(9, mergeable=False))  # type: ignore[arg-type]
+        assert _wait(lambda: [9] in asked, 10)  # not held behind the subwindows
+        assert lookups.waiting_for(owner) == 3  # type: ignore[arg-type]
+        gate.set()
+        assert _wait(lambda: len(done) == 5, 10)
+        assert sorted(asked) == [[1], [2, 3, 4], [9]] and owner.merged == 2
+    finally:
+        gate.set()
+        lookups.close()
