@@ -133,6 +133,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
             pm_policy=settings.pm_policy,
         ),
         lookup_workers=settings.la_lookup_workers,
+        requests_in_flight=settings.la_requests_in_flight,
         la_process=settings.la_process,
         max_future_skew_us=round(settings.max_future_skew_s * 1e6),
         idle_timeout_s=settings.idle_timeout_s,

@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     """SLLAA's tolerated delay ``T_L`` (event-time seconds) of a live-and-archived query that gives none."""
     la_lookup_workers: Annotated[int, Field(ge=1, le=64)] = 2
     """Archive requests (Spark jobs) of live-and-archived queries that run at once, over all queries."""
+    la_requests_in_flight: Annotated[int, Field(ge=1, le=4096)] = 256
+    """Archive requests of one live-and-archived query (run in a process of its own) waiting at the shared scheduler
+    at once, so that one read answers many; the query's later requests wait in its process until an answer comes
+    back (none is dropped). One thread of the query's process per request in flight."""
     la_process: bool = True
     """Run each live-and-archived query (its live matcher, archived matching and joins) in a process of its
     own, so it does not share the GIL with ingest; Spark stays in the service (``false``: a thread)."""

@@ -13,6 +13,20 @@ SQLite connections and threads). What stays in the service process:
   ``P_A``'s WHERE left out; each request gets exactly its own rows) and answers with the Arrow
   table as IPC bytes; the child turns rows into events (``archive.schema.output_to_events``), matches ``P_A`` and
   joins, on its own CPU. ``count`` and ``selectivity`` (OLLAA's statistics) go the same way.
+- **Requests in flight.** A query's requests all wait at the scheduler together, so one read answers many of
+  them (issue 25: LLAA makes one request per live instance; with two at a time, reads answered 1.7 requests
+  each and LLAA fell minutes behind). The child's :class:`~service.live.live_archived.ArchiveLookups` has one
+  thread per request in flight, up to ``requests_in_flight`` (:data:`REQUESTS_IN_FLIGHT`, 256: the scheduler's
+  ``MAX_BATCH``); a later request waits in the child until a thread is free, none is dropped. Mergeable
+  requests (SLLAA subwindows) keep their own bound (``mergeable_in_flight``, ``LACE_LA_LOOKUP_WORKERS``): the
+  subwindows that close while those run are merged into one request, as before. Why threads and
+  not a future completed by the read loop: an algorithm's answer (:class:`engine.live_archived.base.ArchiveWork`:
+  request, then ``P_A`` matching and the joins) is one synchronous call, the same the in-thread worker and the
+  engine run; splitting it into a request and a continuation would change every algorithm for what a blocked
+  thread gives (no CPU, a stack; the pool starts them only as requests wait). The guarantees are the worker's:
+  a request's results are committed before it leaves ``in_flight`` (so ``resume_from_us`` never passes them),
+  whatever order the answers come back in (each instance's join is its own); a failed read raises in its
+  thread, which retries as before. The scheduler still bounds the real reads (``LACE_LA_LOOKUP_WORKERS``).
 - **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
   ``record`` message and waits for the answer: the service commits them with their outbox rows in
   one transaction (:meth:`service.live.results.Results.record`, de-duplicated by (query, event ids)) before
@@ -56,6 +70,9 @@ log = logging.getLogger(__name__)
 
 STATS_TIMEOUT_S = 1.0
 """How long ``stats``/``resume_from_us`` wait for the child before answering with the last values."""
+REQUESTS_IN_FLIGHT = 256
+"""Default bound on one query's archive requests at the scheduler at once (:attr:`ChildSpec.requests_in_flight`):
+the scheduler's ``MAX_BATCH``, so one query alone can fill a read."""
 
 
 @dataclass(slots=True)
@@ -78,8 +95,13 @@ class ChildSpec:
     pm_capacity, pm_policy, pm_query_id : partial-match budget (docs/architecture.md section 7.6)
     pm_store_url : str, optional
         SQLAlchemy URL of the partial-match store (the child opens its own connection).
-    lookup_workers : int
-        Archive requests of this query in progress at once (each waits for the service's Spark pool).
+    requests_in_flight : int
+        Archive requests of this query at the service's scheduler at once (``LACE_LA_REQUESTS_IN_FLIGHT``,
+        default :data:`REQUESTS_IN_FLIGHT`); the query's later requests wait in the child, in order, until
+        an answer comes back (none is dropped). The child's lookup pool has this many threads.
+    mergeable_in_flight : int
+        Of those, mergeable ones (SLLAA subwindows) at once (``LACE_LA_LOOKUP_WORKERS``, as when the child had that
+        many lookup threads): subwindows that close meanwhile wait and become one request over their union.
     """
 
     query_id: int
@@ -94,7 +116,8 @@ class ChildSpec:
     pm_policy: str | None = None
     pm_query_id: str | None = None
     pm_store_url: str | None = None
-    lookup_workers: int = 2
+    requests_in_flight: int = REQUESTS_IN_FLIGHT
+    mergeable_in_flight: int = 2
     log_level: int = field(default=logging.WARNING)
 
 
@@ -493,7 +516,9 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
     def record(_query_id: int, matches: list[Match]) -> None:
         chan.request("record", [m.to_json() for m in matches]).result()  # raises: the worker retries
 
-    lookups = ArchiveLookups(spec.lookup_workers)
+    lookups = ArchiveLookups(  # one thread per request in flight (module docstring)
+        spec.requests_in_flight, mergeable_in_flight=spec.mergeable_in_flight
+    )
     worker = LiveArchivedWorker(
         query_id=spec.query_id,
         name=spec.name,

@@ -64,13 +64,22 @@ class ArchiveLookups:
         Requests (Spark jobs) running at once, over all queries.
     observe : callable, optional
         ``observe(seconds)`` after each request (a metrics histogram).
+    mergeable_in_flight : int, optional
+        The most mergeable requests of one query running at once (None: up to ``workers``). A query process's
+        pool has a thread per request in flight (:mod:`service.live.la_process`): without this bound every SLLAA
+        subwindow would go at once and none would wait to be merged.
     """
 
-    def __init__(self, workers: int, observe: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self, workers: int, observe: Callable[[float], None] | None = None, *, mergeable_in_flight: int | None = None
+    ) -> None:
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="lace-archive")
         self.observe = observe
         self.lock = threading.Lock()
         self.waiting: dict[int, list[ArchiveWork]] = {}
+        self.mergeable_in_flight = mergeable_in_flight
+        self.merging: dict[int, int] = {}
+        """Per query (``id(owner)``): mergeable requests running now."""
 
     def waiting_for(self, owner: LiveArchivedWorker) -> int:
         """Requests of ``owner`` queued, not yet taken by a pool thread."""
@@ -89,17 +98,32 @@ class ArchiveLookups:
             queue = self.waiting.get(id(owner))
             if not queue:
                 return  # taken by an earlier call, merged
-            if queue[0].mergeable:
+            limit = self.mergeable_in_flight
+            if queue[0].mergeable and (limit is None or self.merging.get(id(owner), 0) < limit):
                 taken = [w for w in queue if w.mergeable]
                 queue[:] = [w for w in queue if not w.mergeable]
-            else:
-                taken = [queue.pop(0)]
+                self.merging[id(owner)] = self.merging.get(id(owner), 0) + 1
+            else:  # the oldest one that is not mergeable; mergeable ones wait for a running one to finish
+                first = next((n for n, w in enumerate(queue) if not w.mergeable), None)
+                if first is None:
+                    return
+                taken = [queue.pop(first)]
             if not queue:
                 del self.waiting[id(owner)]
         work = ArchiveWork.merged(taken) if len(taken) > 1 else taken[0]
         if len(taken) > 1:
             owner.merged += len(taken) - 1
-        self._run(owner, work, taken)
+        try:
+            self._run(owner, work, taken)
+        finally:
+            if work.mergeable:
+                with self.lock:
+                    self.merging[id(owner)] -= 1
+                    if not self.merging[id(owner)]:
+                        del self.merging[id(owner)]
+                    more = bool(self.waiting.get(id(owner)))
+                if more:  # subwindows that closed meanwhile: one request now
+                    self.pool.submit(self._next, owner)
 
     def _run(self, owner: LiveArchivedWorker, work: ArchiveWork, parts: list[ArchiveWork]) -> None:
         delay = 0.5

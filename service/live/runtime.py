@@ -87,6 +87,9 @@ class LiveRuntime:
         The service defaults (every field set).
     lookup_workers : int
         Archive requests of live-and-archived queries that run at once.
+    requests_in_flight : int
+        Archive requests of one live-and-archived query run in a process of its own at the scheduler at once
+        (``LACE_LA_REQUESTS_IN_FLIGHT``; :class:`~service.live.la_process.ChildSpec`).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class LiveRuntime:
         pm_store: PartialMatchStore | None = None,
         defaults: RunOptions | None = None,
         lookup_workers: int = 2,
+        requests_in_flight: int = 256,
         max_future_skew_us: int = 86_400_000_000,
         idle_timeout_s: float = 60.0,
         dedup_window: int = 200_000,
@@ -109,6 +113,8 @@ class LiveRuntime:
     ) -> None:
         self.sessions = sessions
         self.la_process = la_process
+        self.la_requests_in_flight = requests_in_flight
+        """Archive requests of one query process at the scheduler at once (``LACE_LA_REQUESTS_IN_FLIGHT``)."""
         """Run each live-and-archived query in a process of its own (``LACE_LA_PROCESS``)."""
         self.metrics = metrics
         self.archive = archive

@@ -1,8 +1,11 @@
 """The live-and-archived worker process (service/live/la_process.py): what its stats say while the child is busy."""
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from engine.detector import compile
 from engine.events import Event
@@ -98,3 +101,161 @@ def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
     finally:
         worker.stop()
         pool.shutdown()
+
+
+class GatedSource:
+    """A real selection per request (the archived ``pass`` events of its keys whose end is in its ranges), as Arrow;
+    the first read waits for :attr:`gate` (a Spark job that takes long), so the child's requests pile up behind it.
+    Records each read's requests as it starts."""
+
+    def __init__(self, archived: list[Event]) -> None:
+        from engine.event_type import EventType
+
+        self.etype = EventType("pass", {"car": "int", "at": "string"}, partition_key="car")
+        self.archived = archived
+        self.gate = threading.Event()
+        self.reads: list[int] = []
+
+    def extract_tables(self, requests):
+        from archive.schema import events_to_record, record_to_output
+
+        self.reads.append(len(requests))
+        if len(self.reads) == 1:
+            self.gate.wait(60)
+        out = []
+        for r in requests:
+            rows = [e for e in self.archived if any(lo <= e.ts < hi for lo, hi in _ranges_of(r, e.attrs["car"]))]
+            out.append((record_to_output(self.etype, events_to_record(self.etype, rows, ingested_at_us=0)), None))
+        return out
+
+    def count(self, *args, **kw) -> int:
+        return 0
+
+    def selectivity(self, *args) -> float:
+        return 0.0
+
+
+def _ranges_of(request: Any, key: int) -> list[tuple[int, int]]:
+    """The ranges ``request`` (an ``Extract``) asks for events of ``key``: by key, or its ranges for its keys (all)."""
+    if isinstance(request.ranges, dict):
+        return list(request.ranges.get(key, ()))
+    return list(request.ranges) if request.keys is None or key in request.keys else []
+
+
+def _llaa_worker(source: GatedSource, in_flight: int, found: list) -> tuple[ProcessWorker, ArchiveScheduler, Any]:
+    schemas = {"pass": {"car": "int", "at": "string"}}
+    plan = compile(TEXT, schemas)
+    assert isinstance(plan, LiveArchivedPlan)
+    spec = ChildSpec(
+        query_id=3, name="a_then_b", ast=plan.ast, schemas=schemas,
+        algorithm="llaa", tolerance_us=0, allowed_lateness_us={}, lateness_us=0, requests_in_flight=in_flight,
+    )  # fmt: skip
+    pool = ThreadPoolExecutor(max_workers=1)
+    scheduler = ArchiveScheduler(source, 1)
+    worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool, scheduler=scheduler,
+                           record=lambda q, m: found.extend(m))
+    return worker, scheduler, pool
+
+
+def _cars(n: int) -> tuple[list[Event], list[Event], list[dict[str, list[int]]]]:
+    """Car k passes A at k s (archived) and B at 100 s + k us (live): one result per car, LLAA one request each."""
+    archived = [Event(k, "pass", k * 1_000_000, {"car": k, "at": "A"}) for k in range(1, n + 1)]
+    live = [Event(1_000 + k, "pass", 100_000_000 + k, {"car": k, "at": "B"}) for k in range(1, n + 1)]
+    return archived, live, [{"p": [1_000 + k], "q": [k]} for k in range(1, n + 1)]
+
+
+def _wait(cond: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return cond()
+
+
+def test_the_waiting_requests_of_one_query_process_are_answered_by_few_reads() -> None:
+    """Issue 25 (b): LLAA makes one request per live instance. While a read is busy, every request the query process
+    has made waits at the scheduler (not 2, one per lookup thread of the child), so the next read answers them all;
+    the results are those of each request answered alone."""
+    n = 60
+    archived, live, expected = _cars(n)
+    source, found = GatedSource(archived), []
+    worker, scheduler, pool = _llaa_worker(source, 256, found)
+    try:
+        worker.offer(live, 200_000_000)
+        assert _wait(lambda: scheduler.stats()["waiting"] + sum(source.reads) >= n, 60), scheduler.stats()
+        source.gate.set()
+        assert _wait(lambda: len(found) >= n, 60)
+        assert sorted((m.to_json()["events"] for m in found), key=lambda d: d["p"]) == expected
+        stats = scheduler.stats()
+        assert stats["requests"] == n and stats["reads"] <= 3, stats  # one blocked read, then one or two for the rest
+        assert _wait(lambda: worker.stats()["requests_in_flight"] == 0, 10)
+        assert worker.stats()["archive_requests"] == n  # the algorithm's logical requests: one per live instance
+    finally:
+        source.gate.set()
+        worker.stop()
+        pool.shutdown()
+        scheduler.close()
+
+
+def test_requests_beyond_the_limit_wait_in_the_query_process_and_none_is_dropped() -> None:
+    """At most ``requests_in_flight`` requests of a query are at the scheduler; the others wait in the query process
+    (``requests_waiting`` in its stats) and go when an answer comes back: every live instance gets its result."""
+    n, limit = 20, 4
+    archived, live, expected = _cars(n)
+    source, found = GatedSource(archived), []
+    worker, scheduler, pool = _llaa_worker(source, limit, found)
+    try:
+        worker.offer(live, 200_000_000)
+        assert _wait(lambda: worker.ready.is_set() and worker.stats()["requests_waiting"] == n - limit, 60)
+        time.sleep(0.3)  # more would have reached the scheduler by now
+        assert scheduler.stats()["waiting"] + sum(source.reads) == limit
+        source.gate.set()
+        assert _wait(lambda: len(found) >= n, 60)
+        assert sorted((m.to_json()["events"] for m in found), key=lambda d: d["p"]) == expected
+        assert scheduler.stats()["requests"] == n
+    finally:
+        source.gate.set()
+        worker.stop()
+        pool.shutdown()
+        scheduler.close()
+
+
+def test_a_query_process_still_merges_the_subwindows_that_close_while_one_is_answered() -> None:
+    """The child's pool has a thread per request in flight, but mergeable requests (SLLAA subwindows) keep their own
+    bound: those that close while one is answered wait and become one request over their union (as with two
+    threads); requests that are not mergeable go on meanwhile."""
+    from engine.live_archived.base import ArchiveWork, LiveInstance
+    from engine.match import Match
+    from service.live.live_archived import ArchiveLookups
+
+    gate, asked, done = threading.Event(), [], []
+
+    def answer(insts: list[LiveInstance]) -> list[Match]:
+        asked.append(sorted(i.match.start for i in insts))
+        if len(asked) == 1:
+            gate.wait(10)
+        return []
+
+    class Owner:  # what ArchiveLookups reads and calls of its LiveArchivedWorker
+        stopped, merged, errors, name, failed = False, 0, 0, "q", None
+
+        def finished(self, parts: list[ArchiveWork], results: list[Match]) -> None:
+            done.extend(parts)
+
+    def work(start: int, mergeable: bool = True) -> ArchiveWork:
+        return ArchiveWork([LiveInstance(Match("q", {}, start, start), start, 0.0)], answer, mergeable)
+
+    lookups, owner = ArchiveLookups(8, mergeable_in_flight=1), Owner()
+    try:
+        lookups.submit(owner, work(1))  # type: ignore[arg-type]
+        assert _wait(lambda: len(asked) == 1, 10)
+        for start in (2, 3, 4):
+            lookups.submit(owner, work(start))  # type: ignore[arg-type]
+        lookups.submit(owner, work(9, mergeable=False))  # type: ignore[arg-type]
+        assert _wait(lambda: [9] in asked, 10)  # not held behind the subwindows
+        assert lookups.waiting_for(owner) == 3  # type: ignore[arg-type]
+        gate.set()
+        assert _wait(lambda: len(done) == 5, 10)
+        assert sorted(asked) == [[1], [2, 3, 4], [9]] and owner.merged == 2
+    finally:
+        gate.set()
+        lookups.close()
