@@ -387,8 +387,9 @@ def settle(rt: LiveRuntime, newest: Mapping[str, int], derived: list[tuple[str, 
     position of any statement, not this one's) derives that run again without its first events, under another
     id, and its reader alerted a pair with it (the crash suite, PostgreSQL, archive flush;
     ``tests/crash/test_replay_start.py``). The watermark is each type's newest minus its lateness, the earliest
-    over a statement's types, never an ended type's end of time nor an idle type's: at most the service's then,
-    so nothing released here was still to come after the checkpoint.
+    over a statement's types, never an ended type's end of time nor an idle type's, and none for a statement with
+    a type no replayed row has reached yet: at most the service's then, so nothing released here was still to
+    come after the checkpoint.
     """
     late = rt.event_time.lateness_us
     marks = {t: top - late(t) for t, top in newest.items()}
@@ -397,8 +398,11 @@ def settle(rt: LiveRuntime, newest: Mapping[str, int], derived: list[tuple[str, 
         return []
 
     def watermark(types: Iterable[str]) -> int | None:
-        got = [marks[t] for t in types if t in marks]
-        return min(got) - 1 if got else None
+        wanted = set(types)
+        got = [marks[t] for t in wanted if t in marks]
+        if not got or len(got) < len(wanted):  # a type no replayed row reached: its watermark then is unknown
+            return None
+        return min(got) - 1
 
     out = [Found(int(name), m) for name, m in rt.graph.advance(max(marks.values()) - 1, watermark)]
     derived.extend(rt.graph.take_derived())
