@@ -359,7 +359,7 @@ class Runner:
         delay_wall = self.clock() - inst.completed_wall
         self.counters.delay_event_us.extend([delay_event] * emitted)
         self.counters.delay_wall_s.extend([delay_wall] * emitted)
-        self.counters.results = len(self.counters.delay_event_us)
+        self.counters.results += emitted  # not the delays' length: the service trims those to the latest
 
     def access(self, inst: LiveInstance) -> Range:
         """``R_A(I)``, int microseconds, half-open."""
