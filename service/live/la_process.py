@@ -55,22 +55,20 @@ from collections.abc import Callable, Hashable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from archive.archived_source import Extract
 from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import Ranges
 from engine.match import Match
-
-if TYPE_CHECKING:
-    from service.live.archive_scheduler import ArchiveScheduler
+from service.live.archive_scheduler import MAX_BATCH, ArchiveScheduler
 
 log = logging.getLogger(__name__)
 
 STATS_TIMEOUT_S = 1.0
 """How long ``stats``/``resume_from_us`` wait for the child before answering with the last values."""
-REQUESTS_IN_FLIGHT = 256
+REQUESTS_IN_FLIGHT = MAX_BATCH
 """Default bound on one query's archive requests at the scheduler at once (:attr:`ChildSpec.requests_in_flight`):
 the scheduler's ``MAX_BATCH``, so one query alone can fill a read."""
 

@@ -439,8 +439,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             if settle_at is not None and row.seq is not None and row.seq >= settle_at:
                 found.extend(settle(rt, newest, archived))
                 settle_at = None
-            if e.ts_end > newest.get(e.type, e.ts_end - 1):
-                newest[e.type] = e.ts_end
+            newest[e.type] = max(newest.get(e.type, e.ts_end), e.ts_end)
             takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > lq.active_since_us]
             graph_wanted = False
             for lq in takers:  # a worker keeps its events, handed over in one batch (offer_replayed)

@@ -46,6 +46,7 @@ from service.live.event_time import EventTime
 from service.live.gauges import refresh_gauges
 from service.live.ingest import Ingest, IngestResult
 from service.live.ingest_order import IngestOrder
+from service.live.la_process import REQUESTS_IN_FLIGHT
 from service.live.live_archived import ArchiveLookups
 from service.live.live_query import LiveQuery, RunOptions
 from service.live.outbox import Found
@@ -103,7 +104,7 @@ class LiveRuntime:
         pm_store: PartialMatchStore | None = None,
         defaults: RunOptions | None = None,
         lookup_workers: int = 2,
-        requests_in_flight: int = 256,
+        requests_in_flight: int = REQUESTS_IN_FLIGHT,
         max_future_skew_us: int = 86_400_000_000,
         idle_timeout_s: float = 60.0,
         dedup_window: int = 200_000,
