@@ -514,9 +514,21 @@ class RuleGraph(_Topology):
                     except PluginError as err:
                         self._fail(node, None, str(err))
                 node.consumed = wm
-        for f_list in self.filters.values():
-            for f in f_list:
-                f.advance(ingest_wm)
+        for type_name, f_list in self.filters.items():
+            wm = self._filter_watermark(type_name, ingest_wm)
+            if wm is not None:
+                for f in f_list:
+                    f.advance(wm)
+
+    def _filter_watermark(self, type_name: str, ingest_wm: int) -> int | None:
+        """How far the FILTER rules of ``type_name`` may forget: its own watermark (a derived type's: its emitters'),
+        never another type's. A duplicate is judged against the kept events of its type within WITHIN, and an event
+        not late for its type lies after this watermark: the decision is the same whenever it is taken (an event
+        posted again after a crash whose request reached the write-ahead log, the crash suite's ``FILTER +
+        pattern``), not a function of how far other types ran ahead (None: its type has no event yet)."""
+        if type_name in self._emitters or self._base_wm is None:
+            return self._type_watermark(type_name, ingest_wm)
+        return self._base_wm(frozenset((type_name,)))
 
 
 __all__ = ["END_OF_TIME", "NEVER", "Node", "RuleGraph", "default_factory", "statement_ast"]

@@ -94,6 +94,14 @@ class Ingest:
         self.last_id = nid
         return nid
 
+    def restore(self, ids: dict[int, bytes]) -> None:
+        """Start from ``ids`` (the last ``dedup_window`` producer ids -> content digests, in ingest order; the
+        restart reads them from the archive, :func:`service.live.recovery.recent_ids`): a request posted again
+        after a crash is acknowledged as a duplicate; the id counter continues after the largest."""
+        self.recent_ids = OrderedDict()
+        self.remember(ids)
+        self.last_id = max(self.last_id, max(ids, default=0))
+
     def remember(self, ids: dict[int, bytes]) -> None:
         """Add producer ids -> content digests to the recent ids (the oldest go beyond ``dedup_window``)."""
         recent = self.recent_ids

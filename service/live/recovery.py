@@ -35,7 +35,6 @@ from sqlalchemy import update
 
 from engine.event_type import EventType
 from engine.events import Event
-from engine.rules.derived import DERIVED_ID_MIN
 from service.core.faults import crash_point
 from service.db.models import QueryRow
 from service.db.session import transaction
@@ -276,6 +275,27 @@ def read_rows(root: Path, spec: EventType, *, from_seq: int | None, since: tuple
     return out
 
 
+def recent_ids(root: Path, types: Mapping[str, EventType], last_seq: int | None, window: int) -> dict[int, bytes]:
+    """The ids of the last ``window`` ingested events (``ingest_seq > last_seq - window``, every ingested type, in
+    ingest order) -> their content digests (:func:`service.live.ingest.content_digest`): what the ingest remembers
+    for idempotent retries (``LACE_DEDUP_WINDOW``), restored from the archive on restart.
+
+    Not from the replay: it reads only the types some statement reads, from the earliest position they need, and a
+    request posted again after a crash (its answer lost, its events in the write-ahead log) holds events of every
+    type, acknowledged or not (``tests/crash/test_repost_after_crash.py``).
+    """
+    if last_seq is None or window <= 0:
+        return {}
+    first = max(last_seq - window + 1, 0)
+    parts = [read_rows(root, spec, from_seq=first, since=None) for spec in types.values() if not spec.derived]
+    out: dict[int, bytes] = {}
+    for row in sorted((r for rows in parts for r in rows), key=lambda r: r.seq or 0):
+        e = row.event
+        attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
+        out[e.id] = content_digest(e.type, e.ts, attrs)
+    return out
+
+
 def not_archived(root: Path, events: list[Event]) -> list[Event]:
     """The derived ``events`` (EMIT INTO) whose ids the archive under ``root`` does not hold, in their order.
 
@@ -342,6 +362,7 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict
     """
     tops, last_seq, last_stamp = archived_tops(root, list(types))
     rt.order.resume_after(last_seq, last_stamp)
+    rt.ingest_path.restore(recent_ids(root, types, last_seq, rt.ingest_path.dedup_window))
     if not tops:
         return {"events": 0, "alerts": 0}
     pending = {lq.id: lq.pending_from_us() for lq in rt.queries.values()}
@@ -432,10 +453,6 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             rt.event_time.observe(e.type, e.ts_end)
             if row.seq is not None:
                 rt.order.note(row.seq, [e])
-            if e.id < DERIVED_ID_MIN:  # an ingested event (derived ids are hashes from 2^62 on)
-                attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
-                ingest.recent_ids[e.id] = content_digest(e.type, e.ts, attrs)
-                ingest.last_id = max(ingest.last_id, e.id)
             if settle_at is not None and row.seq is not None and row.seq >= settle_at:
                 found.extend(settle(rt, newest, archived))
                 settle_at = None
@@ -456,7 +473,6 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
                 ingest.mark_failed(graph, None, None, None)
         if settle_at is not None:  # every row lies before the checkpoint
             found.extend(settle(rt, newest, archived))
-        ingest.remember({})
         for lq in rt.queries.values():
             lq.offer_replayed()
         rt.derived(archived, archive=False)

@@ -276,3 +276,25 @@ def test_a_filter_on_a_derived_type_holds_for_the_archive_too(service: ServicePr
         assert done["state"] == "succeeded" and done["matches"] == 3, done  # was 6 (where live gave 3)
         items = c.get(f"/backfills/{done['id']}/results", params={"limit": 100}).json()["items"]
         assert sorted(m["fields"]["speed"] for m in items) == kept
+
+
+def test_a_filter_remembers_kept_events_while_another_type_runs_ahead(service: ServiceProcess, t0: int) -> None:
+    """A duplicate is judged against the kept events of its own type within WITHIN: another type's event time,
+    far ahead, does not make the filter forget them (it forgot them at the rule graph's clock, the largest
+    watermark of any type, and kept the duplicate; the crash suite found it through a restart)."""
+    with service.client() as c:
+        f, g, p = unique("f"), unique("g"), unique("rule")
+        for name in (f, g):
+            body = {"name": name, "attributes": {"key": "int", "v": "int"}, "allowed_lateness_ms": 120_000}
+            assert c.post("/event-types", json=body).status_code == 201
+        for text in (f"NAME {p}_clean FILTER {f} x DROP DUPLICATE key, v WITHIN 30 s",
+                     f"NAME {p}_rise PATTERN SEQ({f} a, {f} b) WHERE b.v > a.v PARTITION BY key WITHIN 5 min"):
+            r = c.post("/queries", json={"text": text})
+            assert r.status_code == 201, r.text
+        ev = [{"type": f, "ts": t0, "attrs": {"key": 1, "v": 20}},  # kept
+              {"type": g, "ts": t0 + 600_000, "attrs": {"key": 1, "v": 0}},  # another type, 10 min ahead
+              {"type": f, "ts": t0 + 30_000, "attrs": {"key": 1, "v": 20}},  # 30 s after the kept one: a duplicate
+              {"type": f, "ts": t0 + 61_000, "attrs": {"key": 1, "v": 20}}]  # 61 s after it: kept
+        got = [c.post("/events", json=[e]).json() for e in ev]
+        assert [a["accepted"] for a in got] == [1, 1, 0, 1], got
+        assert "duplicate of (key, v) within 30 s" in got[2]["rejections"][0]["reason"], got[2]
