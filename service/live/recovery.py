@@ -231,12 +231,34 @@ def read_rows(root: Path, spec: EventType, *, from_seq: int | None, since: tuple
     A point event ends at its ``ts``; an event of an interval type carries its ``ts_end`` (the type's
     ``max_duration_us`` bounds how far before its end it starts, else every date is read).
     """
+    table, attrs = _scan(root, spec, from_seq=from_seq, since=since)
+    if table is None:
+        return []
+    cols = {name: table.column(name).to_pylist() for name in table.column_names}
+    ids, tss, ing = cols["id"], cols["ts"], cols["ingested_at"]
+    ends = cols.get("ts_end", tss)
+    seqs = cols.get("ingest_seq", [None] * table.num_rows)
+    out = []
+    for i in range(table.num_rows):
+        values = {a: cols[a][i] for a in attrs if cols[a][i] is not None}
+        ev = Event(ids[i], spec.name, tss[i], values, ends[i])
+        out.append(Row((ing[i], seqs[i] or 0, ends[i], ids[i]), ev, ing[i], seqs[i]))
+    out.sort(key=lambda r: r.key)
+    return out
+
+
+def _scan(
+    root: Path, spec: EventType, *, from_seq: int | None, since: tuple[int, int] | None
+) -> tuple[pa.Table | None, list[str]]:
+    """The rows :func:`read_rows` selects, as a table of ``id``, ``ts``, ``ingested_at``, ``ts_end`` (an interval
+    type's), ``ingest_seq`` (when the table has it) and the attributes (timestamps as int64 us), and the attribute
+    names in it; None when there is nothing to read."""
     import pyarrow.dataset as pds
     from deltalake import DeltaTable
 
     uri = _table_uri(root, spec.name)
     if uri is None or (from_seq is None and since is None):
-        return []
+        return None, []
     ds = DeltaTable(uri).to_pyarrow_dataset()
     names = ds.schema.names
     interval = spec.interval and "ts_end" in names
@@ -255,24 +277,12 @@ def read_rows(root: Path, spec: EventType, *, from_seq: int | None, since: tuple
         by_seq = pds.field("ingest_seq") >= from_seq
         flt = by_seq if flt is None else (flt | by_seq)
     if flt is None:
-        return []
+        return None, []
     attrs = [a for a in spec.attributes if a in names]
     extra = (["ts_end"] if interval else []) + (["ingest_seq"] if has_seq else [])
     table = ds.to_table(columns=["id", "ts", "ingested_at", *extra, *attrs], filter=flt)
-    cols: dict[str, list[Any]] = {}
-    for name in table.column_names:
-        col = table.column(name)
-        cols[name] = (col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col).to_pylist()
-    ids, tss, ing = cols["id"], cols["ts"], cols["ingested_at"]
-    ends = cols["ts_end"] if interval else tss
-    seqs = cols["ingest_seq"] if has_seq else [None] * table.num_rows
-    out = []
-    for i in range(table.num_rows):
-        values = {a: cols[a][i] for a in attrs if cols[a][i] is not None}
-        ev = Event(ids[i], spec.name, tss[i], values, ends[i])
-        out.append(Row((ing[i], seqs[i] or 0, ends[i], ids[i]), ev, ing[i], seqs[i]))
-    out.sort(key=lambda r: r.key)
-    return out
+    cols = [col.cast(pa.int64()) if pa.types.is_timestamp(col.type) else col for col in table.columns]
+    return pa.table(cols, names=table.column_names), attrs
 
 
 def recent_ids(root: Path, types: Mapping[str, EventType], last_seq: int | None, window: int) -> dict[int, bytes]:
@@ -287,13 +297,21 @@ def recent_ids(root: Path, types: Mapping[str, EventType], last_seq: int | None,
     if last_seq is None or window <= 0:
         return {}
     first = max(last_seq - window + 1, 0)
-    parts = [read_rows(root, spec, from_seq=first, since=None) for spec in types.values() if not spec.derived]
-    out: dict[int, bytes] = {}
-    for row in sorted((r for rows in parts for r in rows), key=lambda r: r.seq or 0):
-        e = row.event
-        attrs = e.attrs if e.ts_end == e.ts else {**e.attrs, "ts_end": e.ts_end}
-        out[e.id] = content_digest(e.type, e.ts, attrs)
-    return out
+    found: list[tuple[int, int, bytes]] = []  # (ingest_seq, id, digest)
+    for spec in types.values():
+        table, attrs = (None, []) if spec.derived else _scan(root, spec, from_seq=first, since=None)
+        if table is None or "ingest_seq" not in table.column_names:
+            continue
+        contents = table.select(attrs + (["ts_end"] if "ts_end" in table.column_names else [])).to_pylist()
+        for seq, eid, ts, content in zip(
+            table.column("ingest_seq").to_pylist(), table.column("id").to_pylist(), table.column("ts").to_pylist(),
+            contents, strict=True,
+        ):
+            if content.get("ts_end") == ts:
+                del content["ts_end"]  # an interval event's end is in its digest only when it differs from ts
+            found.append((seq, eid, content_digest(spec.name, ts, {k: v for k, v in content.items() if v is not None})))
+    found.sort()
+    return {eid: digest for _, eid, digest in found}
 
 
 def not_archived(root: Path, events: list[Event]) -> list[Event]:

@@ -1,9 +1,9 @@
-"""The webhook dispatcher: an asyncio loop of its own, on a thread of its own, that drains the outbox with httpx.
+"""The webhook dispatcher: an asyncio loop of its own, on a thread of its own, that drains the outbox with aiohttp.
 
-It does not share the HTTP server's event loop: httpx's connection pool polls every pooled
-connection's socket (two system calls each, each a wait for the GIL while ingest runs) each time
-it hands out a connection, which on the server's loop held API requests up for hundreds of
-milliseconds under load (httpcore issue encode/httpcore#928; measured in docs/benchmarks.md).
+It does not share the HTTP server's event loop, so a burst of deliveries never holds API requests up. The HTTP
+client is aiohttp's (one session, a connection pool of ``webhook_concurrency``): httpx's pool polled every pooled
+connection's socket each time it handed one out (httpcore issue encode/httpcore#928), 3.6 ms of CPU per delivery
+at 32 connections against aiohttp's 0.3 ms (issue 25; docs/benchmarks.md, "Webhook delivery throughput").
 
 Each loop: lease the due deliveries (and one probe per open circuit, see
 :mod:`service.webhooks.store`), send each (at most ``webhook_concurrency`` at once). An attempt's
@@ -31,9 +31,10 @@ import threading
 import time
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx
 import orjson
+import yarl
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.config import Settings
@@ -132,9 +133,13 @@ class Dispatcher:
 
     async def _run(self) -> None:
         s = self.settings
-        limits = httpx.Limits(max_connections=s.webhook_concurrency, max_keepalive_connections=s.webhook_concurrency)
         sem = asyncio.Semaphore(s.webhook_concurrency)
-        async with httpx.AsyncClient(timeout=s.webhook_timeout_s, limits=limits, follow_redirects=False) as client:
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=s.webhook_concurrency),
+            timeout=aiohttp.ClientTimeout(total=s.webhook_timeout_s),
+            cookie_jar=aiohttp.DummyCookieJar(),  # one endpoint's cookies never go to another
+            trust_env=True,  # HTTP(S)_PROXY and NO_PROXY, as before
+        ) as client:
             while not self._stopping:
                 try:
                     await self._round(client, sem)
@@ -149,7 +154,7 @@ class Dispatcher:
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=s.webhook_timeout_s)
 
-    async def _round(self, client: httpx.AsyncClient, sem: asyncio.Semaphore) -> None:
+    async def _round(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore) -> None:
         s = self.settings
         # lease no more than can be sent now: a lease (timeout + 5 s) must not run out while its job
         # waits for a slot, or the delivery is sent twice
@@ -206,7 +211,7 @@ class Dispatcher:
             if o.ok:
                 self.metrics.delivery_latency.observe(max(o.at_us - o.job.alert_created_at_us, 0) / 1e6)
 
-    async def _send(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, job: Job) -> None:
+    async def _send(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> None:
         try:
             outcome = await self._attempt(client, sem, job)
         except Exception as e:  # a bug here must not lose the lease silently: record the failure
@@ -217,9 +222,11 @@ class Dispatcher:
     async def _refused(self, url: str) -> str | None:
         """Why the URL's host may not be sent to now (None: it may)."""
         try:
-            host = httpx.URL(url).host
-        except (httpx.InvalidURL, ValueError, TypeError) as e:
+            host = yarl.URL(url).raw_host  # what the client connects to (an IDN in its ASCII form)
+        except (ValueError, TypeError) as e:
             return f"bad URL: {e}"
+        if not host:
+            return "bad URL: no host"
         try:
             try:
                 check_target(host, self.settings, addresses=[ipaddress.ip_address(host.strip("[]"))])
@@ -232,7 +239,7 @@ class Dispatcher:
             return f"target refused: {host} {e}"
         return None
 
-    async def _attempt(self, client: httpx.AsyncClient, sem: asyncio.Semaphore, job: Job) -> Outcome:
+    async def _attempt(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> Outcome:
         body = orjson.dumps(job.payload)
         secret = webhook_secret(self.server_key, job.webhook_id, job.salt)
         older = [webhook_secret(self.server_key, job.webhook_id, job.previous_salt)] if job.previous_salt else []
@@ -252,13 +259,14 @@ class Dispatcher:
             start = time.perf_counter()
             headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
             try:
-                resp = await client.post(job.url, content=body, headers=headers)
-                crash_point("webhook.after_post")
-                ok = 200 <= resp.status_code < 300
-                code: int | None = resp.status_code
-                err = None if ok else f"HTTP {resp.status_code}"
+                async with client.post(job.url, data=body, headers=headers, allow_redirects=False) as resp:
+                    await resp.read()  # the whole answer, so the connection is kept for the next delivery
+                    crash_point("webhook.after_post")
+                    code: int | None = resp.status
+                ok = 200 <= resp.status < 300
+                err = None if ok else f"HTTP {resp.status}"
             except Exception as e:  # no answer (refused, timeout, bad URL): retried like a 5xx
-                ok, code, err = False, None, f"{type(e).__name__}: {e}"
+                ok, code, err = False, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             at = now_us()
             elapsed_ms = (time.perf_counter() - start) * 1e3
         down = not ok and is_endpoint_failure(code)

@@ -4,7 +4,7 @@ when a setting allows them (``LACE_WEBHOOK_ALLOW_LOOPBACK`` / ``_PRIVATE`` / ``_
 A URL is checked when it is set (its host name resolved; a name that does not resolve yet is
 accepted) and again before every attempt, so a name that later resolves to a refused address is
 not sent to (the attempt fails with the reason). What remains is the short window between that
-resolution and httpx's own (DNS rebinding within a second); a deployment that must close it puts
+resolution and the HTTP client's own (DNS rebinding within a second); a deployment that must close it puts
 an egress proxy in front.
 """
 from __future__ import annotations

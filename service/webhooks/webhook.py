@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
+import yarl
 from sqlalchemy import Select, select, update
 from sqlalchemy.orm import Session
 
@@ -72,16 +72,17 @@ def check_url(url: str, settings: Settings | None = None) -> str:
         reason = "must not contain spaces or control characters"
     else:
         try:
-            parsed = httpx.URL(url)
-        except (httpx.InvalidURL, ValueError, TypeError) as e:
+            parsed = yarl.URL(url)  # the parser of the client that sends (aiohttp)
+            parsed.port  # noqa: B018 (parsed lazily: a bad port raises here)
+        except (ValueError, TypeError) as e:
             reason = f"is not a URL: {e}"
         else:
-            host = parsed.host
+            host = parsed.raw_host or ""
             if parsed.scheme not in ("http", "https"):
                 reason = "must be an http:// or https:// URL"
-            elif not parsed.host:
+            elif not host:
                 reason = "needs a host"
-            elif parsed.userinfo:
+            elif parsed.user is not None or parsed.password is not None:
                 reason = "must not carry credentials (user:password@)"
             elif parsed.fragment:
                 reason = "must not have a #fragment"
