@@ -19,8 +19,9 @@ more than 5x the previous one of the same symbol; one event in ~1,000 is a spike
 With ``--live-archived``, the stream is the Aarhus traffic table (``shared/data/aarhus``, in ts order,
 ``hour`` added) and the query is the demo's live-and-archived ``congested_same_hour`` (SLLAA, T_L = 10 min):
 ``--archive-days`` days are posted with no query registered (sustained ingest without a query), then the
-query is registered and ``--events`` more are posted back to back (sustained ingest with it), then
-``--rate`` events/s for ``--seconds``; with ``--queries 10``, ten queries (4 SLLAA, 2 OLLAA, 2 LLAA, 2 ALAA:
+query is registered and ``--rate`` events/s are posted for ``--seconds`` (the paced part: its delays are the
+service's own, not a backlog left by a burst before it), then ``--events`` more back to back (sustained ingest with
+the query); with ``--queries 10``, ten queries (4 SLLAA, 2 OLLAA, 2 LLAA, 2 ALAA:
 :func:`la_queries`) instead of one (issue 25's (b)); at the end the queries' counters (archive requests, live instances,
 subwindows) and the latency from the POST that closed a subwindow to the webhook delivery of its results:
 p99 of (POST -> results committed, measured in the service per request) plus p99 of (committed ->
@@ -238,7 +239,8 @@ def live_archived_run(args: argparse.Namespace) -> int:
     t0 = lines[0][0]
     cut = next(i for i, (ms, _) in enumerate(lines) if ms >= t0 + args.archive_days * DAY_MS)
     archived, rest = lines[:cut], lines[cut:]
-    fast, paced = rest[: args.events], rest[args.events : args.events + int(args.rate * args.seconds)]
+    n_paced = int(args.rate * args.seconds)
+    paced, fast = rest[:n_paced], rest[n_paced : n_paced + args.events]
     rx = Receiver()
     rx.start()
     result: dict[str, Any] = {}
@@ -270,11 +272,6 @@ def live_archived_run(args: argparse.Namespace) -> int:
                     names[ids[-1]] = name
                     c.post("/webhooks", json={"query_id": ids[-1], "url": rx.url}).raise_for_status()
                 time.sleep(20)  # Spark starts in the background when the query is registered
-                wall = post_lines(c, fast, args.batch)
-                result["ingest_with_queries"] = {
-                    "queries": len(ids), "events": len(fast), "events_per_s": round(len(fast) / wall), "load": _load()
-                }
-                print(json.dumps(result), flush=True)
                 before = {q: wait_la_idle(c, q)["live_archived"] for q in ids}
                 reads_before = _archive_reads(c)
                 rx.received.clear()
@@ -315,6 +312,11 @@ def live_archived_run(args: argparse.Namespace) -> int:
                 }
                 result["per_query"] = per_query
                 result["query_stats"] = stats
+                print(json.dumps({k: v for k, v in result.items() if k != "query_stats"}), flush=True)
+                wall = post_lines(c, fast, args.batch)
+                result["ingest_with_queries"] = {
+                    "queries": len(ids), "events": len(fast), "events_per_s": round(len(fast) / wall), "load": _load()
+                }
         finally:
             svc.stop(timeout_s=120)
             rx.stop()
