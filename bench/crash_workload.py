@@ -12,6 +12,10 @@ alerts (path ``/hook/<statement name>``). Four ingested types carry the stream:
 - ``alarm`` (point; 2 keys): bursts, read by ``dedup``.
 - ``iv`` (interval, 5 s to 2 min): read by an Allen relation on the live side (``OVERLAPS``) and on the
   archived side of a live-and-archived query (``BEFORE`` in its JOIN).
+- ``log`` (point): every 5 s, read by no statement: archived only, so a re-post after a crash is recognised by the
+  producer ids the service restores from the archive, not by the replay (which reads only what statements read).
+  Its ids start at :data:`LOG_ID0` and it draws from a random generator of its own, so the other types' events
+  and ids are those of the earlier sessions' seeds.
 
 The stream is posted in batches of ``batch_s`` seconds of event time, each type in its own time order (an interval
 by its end); after ``jump_at`` of it event time jumps 30 days ahead. Then every ingested type's stream ends with
@@ -35,7 +39,10 @@ TYPES: list[dict[str, Any]] = [
     {"name": "f", "attributes": {"key": "string", "v": "int"}},
     {"name": "alarm", "attributes": {"key": "string"}},
     {"name": "iv", "attributes": {"key": "string", "v": "int"}, "interval": True, "max_duration_ms": 180_000},
+    {"name": "log", "attributes": {"key": "string", "v": "int"}},
 ]
+LOG_ID0 = 1_000_000
+"""The first id of the ``log`` events (the others number from 1)."""
 
 LA = (
     "NAME {name} LIVE PATTERN s p WHERE p.v >= 98 ARCHIVED PATTERN s q WHERE q.v <= 3 LOOKBACK 3 min "
@@ -178,6 +185,10 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
         nid += 1
         out.append((sec, nid, {"id": nid, **ev}))
 
+    log_rng = random.Random(seed + 1_000_003)
+    for sec in range(0, seconds, 5):
+        attrs = {"key": f"l{log_rng.randrange(3)}", "v": log_rng.randrange(100)}
+        out.append((sec, LOG_ID0 + sec, {"id": LOG_ID0 + sec, "type": "log", "ts": at(sec) + 900, "attrs": attrs}))
     for sec in range(seconds):
         add(sec, {"type": "s", "ts": at(sec) + 100, "attrs": {"key": f"k{rng.randrange(4)}", "v": rng.randrange(100)}})
         if rng.random() < 0.5:
