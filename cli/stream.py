@@ -106,6 +106,12 @@ def stream(
     from stream.job import StreamJob, StreamJobError, accepted_events, run
 
     if archive is not None:
+        from stream.archive_source import MissingTableError, archive_types, event_tables
+
+        try:  # before Spark starts
+            archive_types(archive, list(event_tables(archive, compiled)))
+        except MissingTableError as e:
+            fail(str(e))
         job = StreamJob(
             text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
             master=master, checkpoint=checkpoint, archive=archive,

@@ -1,0 +1,131 @@
+"""``lace stream --archive`` (issue 26): the archive's Delta events tables, written by the service's archive writer,
+as the source; the matches equal ``lace match``'s over the same events, and a rerun with the checkpoint reads only
+what was archived since."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+
+DEMO = Path(__file__).resolve().parents[2] / "cli" / "demo_data"
+QUERIES = DEMO / "queries"
+runner = CliRunner()
+
+TWO_TYPES = """NAME dip
+PATTERN SEQ(bar a, tick b, !bar c)
+WHERE b.close <= a.close * 0.999 AND c.close > a.close
+PARTITION BY key
+WITHIN 10 min
+RETURN a.key AS symbol, a.close AS high, b.close AS low
+"""
+"""Over two event types (``bar``, ``tick``: the demo's bars, by minute), with a trailing negation."""
+
+
+def lace(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def head(src: Path, dst: Path, n: int, retype=None) -> Path:
+    """The header and the first ``n`` events of a CSV event file (``retype(fields)``: rewrite each row)."""
+    lines = src.read_text(encoding="utf-8").splitlines(keepends=True)
+    rows = lines[1:n + 1]
+    if retype is not None:
+        rows = [",".join(retype(r.split(","))) for r in rows]
+    dst.write_text(lines[0] + "".join(rows), encoding="utf-8")
+    return dst
+
+
+def archive(root: Path, csv: Path, skip: int = 0) -> int:
+    """Append the events of ``csv`` after the first ``skip`` to the archive at ``root`` with the service's writer
+    (100 per append, a Delta commit per 500): returns how many."""
+    from archive.writer import ArchiveWriter
+    from cli.replay import infer_event_types
+    from engine.io import open_event_file
+
+    events = list(open_event_file(csv).events())[skip:]
+    with ArchiveWriter(root, types=infer_event_types(events, "key"), flush_rows=500, flush_age_s=3_600,
+                       fsync=False) as writer:
+        for i in range(0, len(events), 100):
+            writer.append(events[i:i + 100])
+    assert writer.counters["commits"] >= 2
+    return len(events)
+
+
+def match_output(query: Path, events: Path, out: Path) -> bytes:
+    result = lace("match", "--query", str(query), "--events", str(events), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out.read_bytes()
+
+
+def stream_output(query: Path, root: Path, out: Path, *extra: str) -> bytes:
+    result = lace("stream", "--query", str(query), "--archive", str(root), "--out", str(out), "--master", "local[2]",
+                  *extra)
+    assert result.exit_code == 0, result.output
+    assert "warning:" not in result.output  # nothing left out as late
+    return out.read_bytes()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_two_archived_types_equal_lace_match(stream_spark, tmp_path):
+    """Two Delta tables (``bar``, ``tick``) read by two ``readStream``s, unioned, keyed by PARTITION BY; a trailing
+    negation's matches come from the watermark's timers and from the keys' states at the end (the tail)."""
+    data = head(DEMO / "bars_1m.csv", tmp_path / "two.csv", 1_200,
+                lambda f: [f[0], "bar" if (int(f[2]) // 60_000) % 2 else "tick", *f[2:]])
+    query = tmp_path / "dip.lql"
+    query.write_text(TWO_TYPES)
+    archive(tmp_path / "archive", data)
+    assert sorted(p.name for p in (tmp_path / "archive").iterdir() if not p.name.startswith("_")) == ["bar", "tick"]
+    expected = match_output(query, data, tmp_path / "match.jsonl")
+    assert expected.count(b"\n") >= 100
+    assert stream_output(query, tmp_path / "archive", tmp_path / "stream.jsonl") == expected
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_rerun_reads_only_the_new_events_and_writes_the_matches_so_far(stream_spark, traffic_slice, tmp_path):
+    """1,500 traffic readings archived, ``lace stream --archive --checkpoint``: ``lace match``'s output over them
+    (the pending trailing negations of the end flushed from the keys' states, not committed). 1,500 more archived,
+    the same command again: Spark reads only those (its checkpoint), the keys' states go on (not flushed), and OUT
+    is ``lace match``'s output over all 3,000: some of the first OUT's tail matches (jams not cleared by the end of
+    the first 1,500) are not in it, cleared by readings of the next 1,500."""
+    from stream import job as stream_job
+
+    query = QUERIES / "jam_not_cleared.lql"
+    root, ck = tmp_path / "archive", tmp_path / "ck"
+    first = head(traffic_slice, tmp_path / "first.csv", 1_500)
+    both = head(traffic_slice, tmp_path / "both.csv", 3_000)
+    assert archive(root, first) == 1_500
+    expected_first = match_output(query, first, tmp_path / "m1.jsonl")
+    assert stream_output(query, root, tmp_path / "s1.jsonl", "--checkpoint", str(ck)) == expected_first
+    assert sum(p["numInputRows"] for p in stream_job.progress) == 1_500
+
+    assert archive(root, both, skip=1_500) == 1_500
+    expected_both = match_output(query, both, tmp_path / "m2.jsonl")
+    first_lines, both_lines = set(expected_first.splitlines()), set(expected_both.splitlines())
+    assert len(first_lines) >= 10
+    assert both_lines - first_lines  # new matches came with the new events
+    assert first_lines - both_lines  # and cancelled some of the first run's tail (jams cleared after all)
+    assert stream_output(query, root, tmp_path / "s2.jsonl", "--checkpoint", str(ck)) == expected_both
+    assert sum(p["numInputRows"] for p in stream_job.progress) == 1_500  # only the new ones
+
+
+def test_a_type_without_table_is_one_error_line(tmp_path):
+    """The statement reads ``bar``; the archive holds only ``traffic``: exit 2, one line naming the path, before
+    Spark starts."""
+    root = tmp_path / "archive"
+    archive(root, head(DEMO / "traffic_slice.csv", tmp_path / "t.csv", 600))
+    query = QUERIES / "drop_then_rebound.lql"
+    result = lace("stream", "--query", str(query), "--archive", str(root), "--out", str(tmp_path / "o.jsonl"))
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert lines[0].startswith(f"error: {root / 'bar'}: no Delta table of event type 'bar'")
+    assert not (tmp_path / "o.jsonl").exists()
+
+    both = lace("stream", "--query", str(query), "--archive", str(root), "--events", str(tmp_path / "t.csv"),
+                "--out", str(tmp_path / "o.jsonl"))
+    assert both.exit_code == 2 and both.output.strip() == "error: give either --events FILE or --archive ROOT"
