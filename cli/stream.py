@@ -67,6 +67,8 @@ def stream(
     if archive is not None:
         if not archive.is_dir():
             fail(f"{archive}: no such folder (the archive root)")
+        if schema is not None or sort:
+            fail("--schema and --sort are options of --events (the archive's tables are typed and in commit order)")
         try:
             column_types, lateness_us = None, parse_duration_us(lateness)
         except ValueError as e:
