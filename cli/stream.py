@@ -125,11 +125,13 @@ def stream(
         dropped = sum(
             op.get("numRowsDroppedByWatermark", 0) for p in stream_job.progress for op in p.get("stateOperators", ())
         )
-        if stream_job.late or dropped:
-            warn(
-                f"{len(stream_job.late) + dropped} events more than the allowed lateness ({lateness}) behind "
-                "the newest ones were left out (raise --lateness)"
-            )
+        if dropped:
+            warn(f"{dropped} events behind the watermark (the newest event time read before, minus the lateness "
+                 f"{lateness}) were dropped by this run (raise --lateness)")
+        if stream_job.late:
+            ts, i = stream_job.late[0]
+            warn(f"{len(stream_job.late)} events rejected as late by their key's matcher, in all runs of this "
+                 f"checkpoint (the first: id {i}, ts {ts}; raise --lateness)")
         with MatchWriter(_open_out_binary(out), format.value) as sink:
             sink.write(found)
         return

@@ -91,7 +91,8 @@ def test_rerun_reads_only_the_new_events_and_writes_the_matches_so_far(stream_sp
     (the pending trailing negations of the end flushed from the keys' states, not committed). 1,500 more archived,
     the same command again: Spark reads only those (its checkpoint), the keys' states go on (not flushed), and OUT
     is ``lace match``'s output over all 3,000: some of the first OUT's tail matches (jams not cleared by the end of
-    the first 1,500) are not in it, cleared by readings of the next 1,500."""
+    the first 1,500) are not in it, cleared by readings of the next 1,500. Then two late events archived: a third
+    run writes the same OUT and says which were left out (Spark's watermark, the key's matcher)."""
     from stream import job as stream_job
 
     query = QUERIES / "jam_not_cleared.lql"
@@ -111,6 +112,27 @@ def test_rerun_reads_only_the_new_events_and_writes_the_matches_so_far(stream_sp
     assert first_lines - both_lines  # and cancelled some of the first run's tail (jams cleared after all)
     assert stream_output(query, root, tmp_path / "s2.jsonl", "--checkpoint", str(ck)) == expected_both
     assert sum(p["numInputRows"] for p in stream_job.progress) == 1_500  # only the new ones
+
+    # two late events archived (lace match would reject both): a copy of the newest reading with a smaller id (its
+    # key's matcher rejects it: equal times in id order) and one hours behind (Spark's watermark drops it)
+    from archive.writer import ArchiveWriter
+    from engine.events import Event
+    from engine.io import open_event_file
+
+    events = list(open_event_file(both).events())
+    newest, oldest = events[-1], events[0]
+    with ArchiveWriter(root, fsync=False) as writer:
+        writer.append([Event(0, newest.type, newest.ts, dict(newest.attrs)),
+                       Event(10**9, oldest.type, oldest.ts, dict(oldest.attrs))])
+    result = lace("stream", "--query", str(query), "--archive", str(root), "--out", str(tmp_path / "s3.jsonl"),
+                  "--checkpoint", str(ck), "--master", "local[2]")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "s3.jsonl").read_bytes() == expected_both
+    warnings = [ln for ln in result.output.splitlines() if ln.startswith("warning:")]
+    assert len(warnings) == 2, result.output
+    assert warnings[0].startswith("warning: 1 events behind the watermark")
+    assert warnings[1].startswith("warning: 1 events rejected as late by their key's matcher")
+    assert "(the first: id 0," in warnings[1]
 
 
 def test_a_type_without_table_is_one_error_line(tmp_path):
