@@ -186,3 +186,34 @@ def test_events_archived_out_of_order_within_the_lateness(stream_spark, tmp_path
     out2 = stream_output(query, root, tmp_path / "s2.jsonl", "--checkpoint", str(ck), *late)
     assert out2 == (tmp_path / "m2.jsonl").read_bytes()
     assert out2.count(b"\n") > out1.count(b"\n") >= 10
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_an_archived_interval_type_equals_lace_match(stream_spark, tmp_path):
+    """An interval type (issue 15: the table has ``ts_end``): its events' event time is ``ts_end``, the order the
+    engine wants; 300 stays of 5 keys, in (ts_end, id) order."""
+    import random
+
+    from archive.writer import ArchiveWriter
+    from engine.event_type import EventType
+    from engine.io import open_event_file
+
+    rng = random.Random(3)
+    t0 = 1_700_000_000_000  # ms
+    rows = []
+    for i in range(300):
+        ts = t0 + i * 60_000
+        rows.append((i + 1, ts, ts + rng.randrange(1, 10) * 60_000, f"k{rng.randrange(5)}", rng.randrange(100)))
+    rows.sort(key=lambda r: (r[2], r[0]))
+    data = tmp_path / "stays.csv"
+    data.write_text("id,type,ts,ts_end,key,level\n" + "".join(f"{i},stay,{s},{e},{k},{v}\n" for i, s, e, k, v in rows))
+    query = tmp_path / "rise.lql"
+    query.write_text("NAME rise PATTERN SEQ(stay a, stay b) WHERE b.level > a.level + 50 PARTITION BY key "
+                     "WITHIN 30 min RETURN a.key AS key, a.level AS lo, b.level AS hi\n")
+    stay = EventType("stay", {"key": "string", "level": "int"}, partition_key="key", interval=True)
+    with ArchiveWriter(tmp_path / "archive", types=[stay], flush_rows=100, fsync=False) as writer:
+        writer.append(list(open_event_file(data).events()))
+    expected = match_output(query, data, tmp_path / "match.jsonl")
+    assert expected.count(b"\n") >= 100
+    assert stream_output(query, tmp_path / "archive", tmp_path / "stream.jsonl") == expected
