@@ -112,10 +112,11 @@ def to_source_rows(text: str, strategy: str | None, etype: EventType) -> Callabl
 def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query: CompiledQuery) -> Any:
     """The streaming DataFrame of the archive's events of ``query``'s types (rows of :data:`SOURCE_SCHEMA`).
 
-    One type: its table's versions in commit order, Delta's default 1,000 files per micro-batch. Several types:
-    every source without a rate limit, so that each micro-batch holds everything the tables gained since the
-    last one. With a limit per source, one type's files could run ahead of another's; the watermark (the newest
-    event time of all) would then drop the other type's older events as late.
+    Every source is read without a rate limit (Delta's default is 1,000 files per micro-batch), so a micro-batch
+    holds everything the tables gained since the last one. With a limit, one type's files could run ahead of
+    another's, and a table's first snapshot is read in file modification order, in which a compacted day's files
+    come after the newer days' files: the watermark (the newest event time read so far) would then drop the older
+    events as late.
 
     Raises
     ------
@@ -127,9 +128,7 @@ def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query:
     frame = None
     for name, path in tables.items():
         etype = types[name]
-        reader = spark.readStream.format("delta").option("ignoreDeletes", "true")
-        if len(tables) > 1:
-            reader = reader.option("maxFilesPerTrigger", 1 << 30)
+        reader = spark.readStream.format("delta").option("ignoreDeletes", "true").option("maxFilesPerTrigger", 1 << 30)
         rows = reader.load(str(path))
         attrs = [a for a in etype.attributes if a in rows.columns]
         columns = ["id", "ts", *(["ts_end"] if etype.interval else []), *attrs]
