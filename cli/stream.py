@@ -1,8 +1,11 @@
-"""``lace stream``: a live-only statement over an event file, detected by Spark Structured Streaming (issue 26).
+"""``lace stream``: a live-only statement over an event file, or over the archive's Delta events tables, detected
+by Spark Structured Streaming (issue 26).
 
 Reads the query and the event file as ``lace match`` does and writes OUT with the same writer, so the two outputs
-compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). A statement that cannot run there is
-refused up front (one error line, exit 2; :mod:`stream.statements`).
+compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). With ``--archive ROOT`` instead of
+``--events`` the events are the archive's (``<ROOT>/<type>``, :mod:`stream.archive_source`). A statement that cannot
+run there is refused up front (one error line, exit 2; :mod:`stream.statements`), as is an event type the statement
+reads without a table in the archive.
 """
 from __future__ import annotations
 
@@ -13,15 +16,20 @@ import typer
 
 from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, read_text, warn
 from cli.match import MatchFormatChoice, _open_out_binary, event_file_options
+from engine.durations import parse_duration_us
 
 
 @app.command()
 def stream(
     query: Annotated[Path, typer.Option("--query", "-q", help="LQL file of one live-only pattern statement.")],
-    events: Annotated[
-        Path, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
-    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Write matches here (as `lace match --out`).")],
+    events: Annotated[
+        Path | None, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
+    ] = None,
+    archive: Annotated[
+        Path | None,
+        typer.Option(help="Instead of --events: the archive root (LACE_ARCHIVE_ROOT); reads its Delta events tables."),
+    ] = None,
     checkpoint: Annotated[
         Path | None,
         typer.Option(help="Folder for the source table, results and Spark checkpoint; a rerun with it resumes."),
@@ -45,13 +53,29 @@ def stream(
     ),
     sort: Annotated[bool, typer.Option("--sort", help="Sort the file by (ts, id) first (reads it all).")] = False,
 ) -> None:
-    """Run a live-only statement over an event file on Spark Structured Streaming; OUT as `lace match` writes it.
+    """Run a live-only statement over an event file or the archive on Spark Structured Streaming; OUT as
+    `lace match` writes it.
 
-    The events go through a Delta table read by readStream, keyed by PARTITION BY; the engine's matcher runs per
-    key in transformWithStateInPandas (RocksDB state store, event-time timers, the lateness as the watermark).
+    The events go through a Delta table read by readStream (with --archive: the archive's tables of the statement's
+    event types), keyed by PARTITION BY; the engine's matcher runs per key in transformWithStateInPandas (RocksDB
+    state store, event-time timers, the lateness as the watermark). With --archive and --checkpoint, a rerun reads
+    only what was archived since and writes the matches of all events read so far.
     """
     text = read_text(query)
-    column_types, lateness_us = event_file_options(events, schema, lateness)
+    if (events is None) == (archive is None):
+        fail("give either --events FILE or --archive ROOT")
+    if archive is not None:
+        if not archive.is_dir():
+            fail(f"{archive}: no such folder (the archive root)")
+        if schema is not None or sort:
+            fail("--schema and --sort are options of --events (the archive's tables are typed and in commit order)")
+        try:
+            column_types, lateness_us = None, parse_duration_us(lateness)
+        except ValueError as e:
+            fail(f"--lateness: {e}")
+    else:
+        assert events is not None
+        column_types, lateness_us = event_file_options(events, schema, lateness)
 
     from engine.compiler import compile_query
     from engine.io import EventFileError, open_event_file
@@ -80,8 +104,38 @@ def stream(
         name = getattr(tree, "name", None) or "statement_1"
         fail(f"{query}:{tree.pos.line}:{tree.pos.column}: statement {name} cannot run on Spark: {reason}")
 
+    from stream import job as stream_job
     from stream.job import StreamJob, StreamJobError, accepted_events, run
 
+    if archive is not None:
+        from stream.archive_source import MissingTableError, archive_types, event_tables
+
+        try:  # before Spark starts
+            archive_types(archive, list(event_tables(archive, compiled)))
+        except MissingTableError as e:
+            fail(str(e))
+        job = StreamJob(
+            text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
+            master=master, checkpoint=checkpoint, archive=archive,
+        )
+        try:
+            found = list(run(job, iter(())))
+        except StreamJobError as e:
+            fail(str(e))
+        dropped = sum(
+            op.get("numRowsDroppedByWatermark", 0) for p in stream_job.progress for op in p.get("stateOperators", ())
+        )
+        if dropped:
+            warn(f"{dropped} events behind the watermark (the newest event time read before, minus the lateness "
+                 f"{lateness}) were dropped by this run (raise --lateness)")
+        if stream_job.late:
+            ts, i = stream_job.late[0]
+            warn(f"{len(stream_job.late)} events rejected as late by their key's matcher, in all runs of this "
+                 f"checkpoint (the first: id {i}, ts {ts}; raise --lateness)")
+        with MatchWriter(_open_out_binary(out), format.value) as sink:
+            sink.write(found)
+        return
+    assert events is not None
     n_late = 0
     try:
         source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)

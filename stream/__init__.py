@@ -1,7 +1,8 @@
-"""LACE statements on Spark Structured Streaming (issue 26, first slice; docs/stream.md).
+"""LACE statements on Spark Structured Streaming (issue 26; docs/stream.md).
 
 :mod:`stream.statements` says which statements run here; :mod:`stream.job` builds the streaming query (a Delta
 source read by ``readStream``, ``transformWithStateInPandas`` keyed by PARTITION BY, a Delta results table);
+:mod:`stream.archive_source` makes the archive's Delta events tables the source and ends a bounded run over them;
 :mod:`stream.processor` is what Spark runs per key; :mod:`stream.state` turns a key's matcher state into the bytes
 of its ``ValueState``.
 

@@ -17,6 +17,9 @@
 With a checkpoint folder the source, the results and Spark's checkpoint live in it: a driver killed mid-stream
 and started again with the same folder goes on from its last committed micro-batch and writes the same OUT.
 
+The archive mode (``job.archive``, :mod:`stream.archive_source`) skips step 1: the archive's Delta events tables are
+the source, and a bounded run ends without a marker (the tail of the keys' states, flushed outside the stream).
+
 Timestamps are int microseconds UTC.
 """
 from __future__ import annotations
@@ -42,6 +45,9 @@ STREAM_ROOT = Path(__file__).resolve().parents[1]
 _DONE = "source.done"
 progress: list[dict[str, Any]] = []
 """The last run's micro-batch progress reports (Spark's ``StreamingQuery.recentProgress``, as dicts)."""
+late: list[tuple[int, int]] = []
+"""The events the keys' matchers rejected as late, ``(ts_end us, id)``, over every run of the checkpoint (archive
+mode; the file mode leaves such events out before Spark)."""
 
 
 class StreamJobError(RuntimeError):
@@ -69,6 +75,9 @@ class StreamJob:
         Events per source table version, i.e. per micro-batch.
     checkpoint : Path, optional
         Folder of the source, results and Spark checkpoint (kept); None: a temporary folder.
+    archive : Path, optional
+        Archive root: read the statement's types from its Delta tables ``<archive>/<type>`` instead of a source
+        written from a file (``batch_events`` then unused).
     """
 
     text: str
@@ -78,6 +87,7 @@ class StreamJob:
     master: str | None = None
     batch_events: int = 50_000
     checkpoint: Path | None = None
+    archive: Path | None = None
 
 
 def accepted_events(
@@ -190,8 +200,16 @@ def write_source(
 
 
 def run_detection(job: StreamJob, workdir: Path) -> Any:
-    """Run the streaming query over ``workdir/source`` until it is consumed (``availableNow``); returns the results
-    as an Arrow table in ``lace match``'s order (columns :data:`stream.processor.OUTPUT_SCHEMA`)."""
+    """Run the streaming query over ``workdir/source`` (archive mode: the archive's tables) until it is consumed
+    (``availableNow``); returns the results as an Arrow table (columns :data:`stream.processor.OUTPUT_SCHEMA`, not
+    sorted; archive mode: with the tail, :func:`stream.archive_source.tail_rows`).
+
+    Raises
+    ------
+    StreamJobError
+        Without the Delta connector, when the streaming query fails, or (archive mode) an event type's table is
+        missing.
+    """
     from deltalake import DeltaTable
 
     from stream.processor import OUTPUT_SCHEMA, LaceProcessor
@@ -200,8 +218,21 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
     _delta_ready(spark)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # also on a session built before
     lateness_ms = -(-job.lateness_us // 1000)
+    if job.archive is not None:
+        # Spark drops a row whose event time is at or before the watermark (the newest event time of the earlier
+        # micro-batches minus the delay), while the engine takes an event at exactly the newest ts minus the
+        # lateness: one millisecond more, and the key's matcher decides (a file's source holds only such events)
+        lateness_ms += 1
+        from stream.archive_source import MissingTableError, source_frame
+
+        try:
+            source = source_frame(spark, job.archive, job.text, job.strategy, job.query)
+        except MissingTableError as e:
+            raise StreamJobError(str(e)) from None
+    else:
+        source = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(str(workdir / "source"))
     frame = (
-        spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(str(workdir / "source"))
+        source
         .withWatermark("et", f"{lateness_ms} milliseconds")
         .groupBy("k")
         .transformWithStateInPandas(
@@ -224,13 +255,19 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         raise StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}") from e
     progress.clear()
     progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
-    if not (workdir / "results" / "_delta_log").is_dir():
-        import pyarrow as pa
+    import pyarrow as pa
 
-        from stream.processor import ORDER
+    if (workdir / "results" / "_delta_log").is_dir():
+        table = DeltaTable(str(workdir / "results")).to_pyarrow_table()
+    else:
+        table = pa.table({f.name: pa.array([], pa.binary() if f.name == "m" else pa.int64()) for f in OUTPUT_SCHEMA})
+    if job.archive is not None:
+        from stream.archive_source import tail_rows
 
-        return pa.table({c: pa.array([], pa.int64()) for c in ORDER} | {"m": pa.array([], pa.binary())})
-    table = DeltaTable(str(workdir / "results")).to_pyarrow_table()
+        tail = tail_rows(spark, workdir / "stream", job.text, job.strategy, job.lateness_us)
+        names = [f.name for f in OUTPUT_SCHEMA]
+        table = table.select(names)
+        table = pa.concat_tables([table, tail.select(names).cast(table.schema)])
     return table
 
 
@@ -243,11 +280,16 @@ def prepare(job: StreamJob, workdir: Path, events: Iterator[Event]) -> None:
     StreamJobError
         When ``workdir`` holds another job's checkpoint.
     """
-    stamp = {"text": job.text, "strategy": job.strategy, "lateness_us": job.lateness_us, "batch": job.batch_events}
+    stamp: dict[str, Any] = {"text": job.text, "strategy": job.strategy, "lateness_us": job.lateness_us}
+    stamp |= {"archive": str(job.archive.resolve())} if job.archive is not None else {"batch": job.batch_events}
     marker = workdir / "job.json"
     if marker.exists():
         if json.loads(marker.read_text()) != stamp:
             raise StreamJobError(f"{workdir}: a checkpoint of another statement or other options")
+    if job.archive is not None:  # the archive's tables are the source; Spark's checkpoint says what was read
+        workdir.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(stamp))
+        return
     if (workdir / _DONE).exists():
         for _ in events:  # late events are reported on every run, as lace match would
             pass
@@ -262,11 +304,18 @@ def prepare(job: StreamJob, workdir: Path, events: Iterator[Event]) -> None:
 
 def ordered_matches(results: Any, query: CompiledQuery) -> Iterator[Any]:
     """The matches of a results table, unpickled, in ``lace match``'s emission order; each match's layout is the
-    driver's plan's (so :class:`~engine.match_files.MatchWriter` formats them as it formats ``lace match``'s)."""
-    from stream.processor import ORDER
+    driver's plan's (so :class:`~engine.match_files.MatchWriter` formats them as it formats ``lace match``'s). The
+    rows of late events (kind :data:`stream.processor.LATE`) are left out, into :data:`late`."""
+    import pyarrow.compute as pc
+
+    from stream.processor import LATE, ORDER
 
     layouts = {p.layout: p.layout for p in query.plans}
-    table = results.sort_by([(c, "ascending") for c in ORDER])
+    is_late = pc.equal(results.column("kind"), LATE)
+    rejected = results.filter(is_late).sort_by([("pts", "ascending"), ("pid", "ascending")])
+    late.clear()
+    late.extend(zip(rejected.column("pts").to_pylist(), rejected.column("pid").to_pylist()))
+    table = results.filter(pc.invert(is_late)).sort_by([(c, "ascending") for c in ORDER])
     loads = pickle.loads
     for blob in table.column("m").to_pylist():
         m = loads(blob)
@@ -275,7 +324,8 @@ def ordered_matches(results: Any, query: CompiledQuery) -> Iterator[Any]:
 
 
 def run(job: StreamJob, events: Iterator[Event]) -> Iterator[Any]:
-    """Prepare, detect and return the ordered matches. ``events``: the accepted events (:func:`accepted_events`).
+    """Prepare, detect and return the ordered matches. ``events``: the accepted events (:func:`accepted_events`;
+    archive mode: unused, pass an empty iterator).
 
     Raises
     ------

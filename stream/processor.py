@@ -38,6 +38,11 @@ END_KEY = ""
 AFTER = (1 << 63) - 1
 """The id part of a trailing-negation match's place: after every event of its deadline's timestamp."""
 
+LATE = -1
+"""The ``kind`` of an output row that is no match: an event the key's matcher rejected as late (more than the
+allowed lateness behind the key's newest event; ``pts``, ``pid``: its ts_end and id; ``m`` empty). Only in the
+archive mode, where no driver filters the events first."""
+
 INPUT_COLUMNS = ("k", "et", "ts", "id", "ev")
 """The source table: grouping key (string), event time (timestamp, = ts_end), ts_end and id (int64), the
 pickled :class:`~engine.events.Event` (binary)."""
@@ -110,11 +115,14 @@ class LaceProcessor(StatefulProcessor):
         matcher, n = self._load()
         found: list[Match] = []
         push = matcher.push
+        late: list[tuple[int, int]] = []
         for blob in frame["ev"]:
             try:
-                found.extend(push(pickle.loads(blob)))
-            except LateEventError:  # the driver passes only events lace match accepts: not reached
-                continue
+                found.extend(push(event := pickle.loads(blob)))
+            except LateEventError:  # file mode: the driver passes only events lace match accepts, not reached
+                late.append((event.ts_end, event.id))
+        if late:  # archive mode: an event more than the lateness behind its key's newest one
+            yield pd.DataFrame([(ts, i, LATE, 0, 0, 0, b"") for ts, i in late], columns=_COLUMNS)
         yield from self._finish(matcher, n, found)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
@@ -137,13 +145,8 @@ class LaceProcessor(StatefulProcessor):
         return matcher, 0
 
     def _finish(self, matcher: Matcher, n: int, found: list[Match]) -> Iterator[pd.DataFrame]:
-        rows = []
-        if found:
-            trailing = {id(p.layout) for p in matcher.plans if p.trailing}
-            window = matcher.query.window_us or 0
-            for m in found:
-                rows.append((*_place(m, trailing, window), n, pickle.dumps(m, pickle.HIGHEST_PROTOCOL)))
-                n += 1
+        rows = match_rows(matcher, n, found)
+        n += len(rows)
         if state.is_idle(matcher):
             self.value.clear()
         else:
@@ -153,6 +156,17 @@ class LaceProcessor(StatefulProcessor):
                 self.handle.registerTimer(deadline // 1000 + 1)  # fires once the watermark is past the deadline
         if rows:
             yield pd.DataFrame(rows, columns=_COLUMNS)
+
+
+def match_rows(matcher: Matcher, n: int, found: list[Match]) -> list[tuple[int, int, int, int, int, int, bytes]]:
+    """The output rows (:data:`OUTPUT_SCHEMA`) of ``found``, matches of ``matcher`` (one key) whose running count
+    of matches so far is ``n``: the first gets ``n``, the next ``n + 1``, ..."""
+    if not found:
+        return []
+    trailing = {id(p.layout) for p in matcher.plans if p.trailing}
+    window = matcher.query.window_us or 0
+    dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
+    return [(*_place(m, trailing, window), n + i, dumps(m, proto)) for i, m in enumerate(found)]
 
 
 def _place(m: Match, trailing: set[int], window_us: int) -> tuple[int, int, int, int, int]:

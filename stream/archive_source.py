@@ -1,0 +1,180 @@
+"""``lace stream --archive``: the archive's Delta events tables as the stream's source, and the end of a bounded run.
+
+The service's archive (:mod:`archive.writer`) holds one Delta table per event type at ``<root>/<type>``, partitioned
+by ``date``, with the columns of :func:`archive.schema.table_schema` (``id``, ``ts`` timestamp[us, UTC], ``ts_end``
+for interval types, the attributes, ``ingested_at``, ``ingest_seq``, ``date``).
+
+Source (:func:`source_frame`): for each event type the statement reads, ``spark.readStream.format("delta")`` over
+``<root>/<type>``; each micro-batch's rows become the engine's events in a Python worker (``mapInArrow``, with the
+archive's own conversion :func:`archive.schema.record_to_output` and :func:`archive.schema.output_to_events`, as the
+service reads archived events) and leave in the file mode's source shape (:data:`stream.processor.INPUT_COLUMNS`:
+key, event time = ts_end, ts_end, id, pickled event); the types are unioned. From there on the query is the file
+mode's: the allowed lateness as the watermark delay, grouped by the PARTITION BY value,
+:class:`stream.processor.LaceProcessor`, a Delta results table.
+
+End of a bounded run (:func:`tail_rows`): the run reads what the tables hold when it starts
+(``trigger(availableNow=True)``) and stops. The file mode ends its stream with a marker row far in event time, but
+the watermark is kept in the checkpoint and never goes back: after such a marker, every event archived later would
+be behind the watermark, dropped, and a rerun could read nothing. So the stream itself is never ended. Instead,
+once the query has stopped, the driver reads each key's matcher state from the checkpoint's last committed batch
+(Spark's state data source, ``format("statestore")``), and the keys' matchers are flushed (``Matcher.flush``: end
+of stream, what ``lace match`` does at the end of its file) in a batch job that leaves the checkpoint as it was.
+Those matches (the tail: trailing negations whose deadline the watermark has not passed, matches completed by
+events still held back by the lateness) are written to OUT with the committed results, but are not committed: a
+rerun after more events were archived goes on from the unflushed state, where newer events may still complete,
+extend or cancel them.
+
+Timestamps are int microseconds UTC.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from engine.compiler import CompiledQuery
+from engine.event_type import EventType
+
+SOURCE_SCHEMA = "k string, et timestamp, ts long, id long, ev binary"
+"""The rows :func:`source_frame` gives (:data:`stream.processor.INPUT_COLUMNS`), as a Spark DDL string."""
+
+
+class MissingTableError(RuntimeError):
+    """An event type the statement reads has no Delta table in the archive; one line naming the path."""
+
+
+def event_tables(root: Path, query: CompiledQuery) -> dict[str, Path]:
+    """The Delta table of each event type ``query`` reads, ``{type: <root>/<type>}``, types sorted.
+
+    Raises
+    ------
+    MissingTableError
+        When ``<root>/<type>/_delta_log`` is missing for a type (nothing of it archived yet, or another root).
+    """
+    tables = {}
+    for name in sorted(query.stream_types):
+        path = root / name
+        if not (path / "_delta_log").is_dir():
+            raise MissingTableError(
+                f"{path}: no Delta table of event type {name!r} (the statement reads it; is {root} the archive root "
+                "and has an event of that type been archived?)"
+            )
+        tables[name] = path
+    return tables
+
+
+def archive_types(root: Path, names: list[str]) -> dict[str, EventType]:
+    """The archive catalog's event types (``<root>/_lace/types.json``, the writer's) of ``names``.
+
+    Raises
+    ------
+    MissingTableError
+        When one is not in the catalog (a table not written by the archive writer).
+    """
+    from archive.schema import CATALOG_FILE, load_catalog
+
+    catalog = load_catalog(root)
+    for n in names:
+        if n not in catalog:
+            raise MissingTableError(f"{root / CATALOG_FILE}: event type {n!r} is not registered in the archive")
+    return {n: catalog[n] for n in names}
+
+
+def to_source_rows(text: str, strategy: str | None, etype: EventType) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of one event type: Arrow record batches of its table's rows -> record batches
+    of :data:`SOURCE_SCHEMA` (the grouping key ``repr(query.key_of(event))``, the event time and ts_end, the id, the
+    pickled :class:`~engine.events.Event`). Runs in Spark's Python workers (the statement compiled once per
+    worker)."""
+
+    def convert(batches: Iterator[Any]) -> Iterator[Any]:
+        import pickle
+
+        import pyarrow as pa
+
+        from archive.schema import TS_TYPE, output_to_events, record_to_output
+        from stream.processor import compiled_query
+
+        key_of = compiled_query(text, strategy).key_of
+        dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
+        for batch in batches:
+            events = output_to_events(record_to_output(etype, pa.Table.from_batches([batch])))
+            ends = pa.array([e.ts_end for e in events], pa.int64())
+            yield pa.RecordBatch.from_arrays(
+                [pa.array([repr(key_of(e)) for e in events], pa.string()), ends.cast(TS_TYPE), ends,
+                 pa.array([e.id for e in events], pa.int64()),
+                 pa.array([dumps(e, proto) for e in events], pa.binary())],
+                names=["k", "et", "ts", "id", "ev"],
+            )
+
+    return convert
+
+
+def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query: CompiledQuery) -> Any:
+    """The streaming DataFrame of the archive's events of ``query``'s types (rows of :data:`SOURCE_SCHEMA`).
+
+    Every source is read without a rate limit (Delta's default is 1,000 files per micro-batch), so a micro-batch
+    holds everything the tables gained since the last one. With a limit, one type's files could run ahead of
+    another's, and a table's first snapshot is read in file modification order, in which a compacted day's files
+    come after the newer days' files: the watermark (the newest event time read so far) would then drop the older
+    events as late.
+
+    Raises
+    ------
+    MissingTableError
+        As :func:`event_tables`.
+    """
+    tables = event_tables(root, query)
+    types = archive_types(root, list(tables))
+    frame = None
+    for name, path in tables.items():
+        etype = types[name]
+        reader = spark.readStream.format("delta").option("ignoreDeletes", "true").option("maxFilesPerTrigger", 1 << 30)
+        rows = reader.load(str(path))
+        attrs = [a for a in etype.attributes if a in rows.columns]
+        columns = ["id", "ts", *(["ts_end"] if etype.interval else []), *attrs]
+        part = rows.select(*columns).mapInArrow(to_source_rows(text, strategy, etype), SOURCE_SCHEMA)
+        frame = part if frame is None else frame.unionByName(part)
+    return frame
+
+
+def tail_rows(spark: Any, checkpoint: Path, text: str, strategy: str | None, lateness_us: int) -> Any:
+    """The matches the keys' states would give at the end of the stream (module docstring), as an Arrow table of
+    :data:`stream.processor.OUTPUT_SCHEMA` rows; the state in ``checkpoint`` (Spark's checkpoint folder of the
+    query, its last committed batch) is read, not changed."""
+    import pyarrow as pa
+
+    from stream.processor import OUTPUT_SCHEMA
+
+    if not (checkpoint / "state").is_dir():
+        return pa.table({f.name: pa.array([], pa.binary() if f.name == "m" else pa.int64()) for f in OUTPUT_SCHEMA})
+    spark.streams.active  # noqa: B018 - the state store coordinator the state reader asks for is made with it
+    states = (
+        spark.read.format("statestore").option("stateVarName", "matcher").load(str(checkpoint))
+        .selectExpr("value.matcher AS matcher", "value.n AS n")
+    )
+    return states.mapInArrow(_flush_states(text, strategy, lateness_us), OUTPUT_SCHEMA).toArrow()
+
+
+def _flush_states(text: str, strategy: str | None, lateness_us: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    def flush(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from engine.matcher import Matcher
+        from stream import state
+        from stream.processor import OUTPUT_SCHEMA, compiled_query, match_rows
+
+        query = compiled_query(text, strategy)
+        names = [f.name for f in OUTPUT_SCHEMA]
+        for batch in batches:
+            rows = []
+            for blob, n in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+                if blob is None:
+                    continue
+                matcher = state.load(Matcher(query, allowed_lateness_us=lateness_us), blob)
+                rows.extend(match_rows(matcher, int(n or 0), matcher.flush()))
+            cols = list(zip(*rows)) if rows else [()] * len(names)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(c, pa.binary() if name == "m" else pa.int64()) for name, c in zip(names, cols)], names=names
+            )
+
+    return flush
