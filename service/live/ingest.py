@@ -37,8 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def content_digest(type_name: str, ts: int, attrs: dict[str, Any]) -> bytes:
-    """16 bytes that identify an event's content (type, ts, attributes; not its id), stable across processes."""
+def content_digest(type_name: str, ts: int, attrs: dict[str, Any], ts_end: int | None = None) -> bytes:
+    """16 bytes that identify an event's content (type, ts, attributes, an interval event's ``ts_end`` when it
+    differs from ``ts``; not its id), stable across processes: the ingest's and the restart's
+    (:func:`service.live.recovery.recent_ids`) are this one function."""
+    if ts_end is not None and ts_end != ts:
+        attrs = {**attrs, "ts_end": ts_end}
     body = orjson.dumps([type_name, ts, attrs], option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
     return hashlib.blake2b(body, digest_size=16).digest()
 
@@ -144,7 +148,7 @@ class Ingest:
                     continue
                 digest = b""
                 if eid is not None:  # before the time checks: a retry of an acknowledged event is late by nature
-                    digest = content_digest(spec.name, start, attrs if ts == start else {**attrs, "ts_end": ts})
+                    digest = content_digest(spec.name, start, attrs, ts)
                     known = staged.get(eid) or self.recent_ids.get(eid)
                     if known is not None:
                         if known == digest:

@@ -307,9 +307,9 @@ def recent_ids(root: Path, types: Mapping[str, EventType], last_seq: int | None,
             table.column("ingest_seq").to_pylist(), table.column("id").to_pylist(), table.column("ts").to_pylist(),
             contents, strict=True,
         ):
-            if content.get("ts_end") == ts:
-                del content["ts_end"]  # an interval event's end is in its digest only when it differs from ts
-            found.append((seq, eid, content_digest(spec.name, ts, {k: v for k, v in content.items() if v is not None})))
+            end = content.pop("ts_end", None)
+            values = {k: v for k, v in content.items() if v is not None}
+            found.append((seq, eid, content_digest(spec.name, ts, values, end)))
     found.sort()
     return {eid: digest for _, eid, digest in found}
 
