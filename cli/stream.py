@@ -9,14 +9,18 @@ reads without a table in the archive.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, cast
+from typing import TYPE_CHECKING, Annotated, cast
 
 import typer
 
 from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, read_text, warn
 from cli.match import MatchFormatChoice, _open_out_binary, event_file_options
 from engine.durations import parse_duration_us
+
+if TYPE_CHECKING:
+    from engine.events import Event
 
 
 @app.command()
@@ -107,6 +111,7 @@ def stream(
     from stream import job as stream_job
     from stream.job import StreamJob, StreamJobError, accepted_events, run
 
+    n_late = 0
     if archive is not None:
         from stream.archive_source import MissingTableError, archive_types, event_tables
 
@@ -114,51 +119,42 @@ def stream(
             archive_types(archive, list(event_tables(archive, compiled)))
         except MissingTableError as e:
             fail(str(e))
-        job = StreamJob(
-            text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
-            master=master, checkpoint=checkpoint, archive=archive,
-        )
+        accepted: Iterator[Event] = iter(())  # the archive's tables are the source
+    else:
+        assert events is not None
         try:
-            found = list(run(job, iter(())))
-        except StreamJobError as e:
+            source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
+        except EventFileError as e:
             fail(str(e))
-        dropped = sum(
-            op.get("numRowsDroppedByWatermark", 0) for p in stream_job.progress for op in p.get("stateOperators", ())
-        )
-        if dropped:
-            warn(f"{dropped} events behind the watermark (the newest event time read before, minus the lateness "
-                 f"{lateness}) were dropped by this run (raise --lateness)")
-        if stream_job.late:
-            ts, i = stream_job.late[0]
-            warn(f"{len(stream_job.late)} events rejected as late by their key's matcher, in all runs of this "
-                 f"checkpoint (the first: id {i}, ts {ts}; raise --lateness)")
-        with MatchWriter(_open_out_binary(out), format.value) as sink:
-            sink.write(found)
-        return
-    assert events is not None
-    n_late = 0
-    try:
-        source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
-    except EventFileError as e:
-        fail(str(e))
-    if sort:
-        source.sort()
+        if sort:
+            source.sort()
 
-    def on_late(position: int, reason: str) -> None:
-        nonlocal n_late
-        n_late += 1
-        if n_late <= MAX_LATE_REPORTS:
-            warn(f"{events} {source.where(position)}: {reason}")
+        def on_late(position: int, reason: str) -> None:
+            nonlocal n_late
+            n_late += 1
+            if n_late <= MAX_LATE_REPORTS:
+                warn(f"{events} {source.where(position)}: {reason}")
 
+        accepted = accepted_events(source.events(), compiled, lateness_us, on_late)
     job = StreamJob(
         text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
-        master=master, batch_events=batch_events, checkpoint=checkpoint,
+        master=master, batch_events=batch_events, checkpoint=checkpoint, archive=archive,
     )
     try:
-        matches = run(job, accepted_events(source.events(), compiled, lateness_us, on_late))
+        found = list(run(job, accepted))
     except StreamJobError as e:
         fail(str(e))
     if n_late > MAX_LATE_REPORTS:
         warn(f"{n_late - MAX_LATE_REPORTS} more late events rejected ({n_late} in all)")
+    dropped = sum(
+        op.get("numRowsDroppedByWatermark", 0) for p in stream_job.progress for op in p.get("stateOperators", ())
+    )
+    if archive is not None and dropped:
+        warn(f"{dropped} events behind the watermark (the newest event time read before, minus the lateness "
+             f"{lateness}) were dropped by this run (raise --lateness)")
+    if stream_job.late:
+        ts, i = stream_job.late[0]
+        warn(f"{len(stream_job.late)} events rejected as late by their key's matcher, in all runs of this "
+             f"checkpoint (the first: id {i}, ts {ts}; raise --lateness)")
     with MatchWriter(_open_out_binary(out), format.value) as sink:
-        sink.write(list(matches))
+        sink.write(found)

@@ -141,12 +141,10 @@ def tail_rows(spark: Any, checkpoint: Path, text: str, strategy: str | None, lat
     """The matches the keys' states would give at the end of the stream (module docstring), as an Arrow table of
     :data:`stream.processor.OUTPUT_SCHEMA` rows; the state in ``checkpoint`` (Spark's checkpoint folder of the
     query, its last committed batch) is read, not changed."""
-    import pyarrow as pa
-
-    from stream.processor import OUTPUT_SCHEMA
+    from stream.processor import OUTPUT_SCHEMA, output_table
 
     if not (checkpoint / "state").is_dir():
-        return pa.table({f.name: pa.array([], pa.binary() if f.name == "m" else pa.int64()) for f in OUTPUT_SCHEMA})
+        return output_table([])
     spark.streams.active  # noqa: B018 - the state store coordinator the state reader asks for is made with it
     states = (
         spark.read.format("statestore").option("stateVarName", "matcher").load(str(checkpoint))
@@ -157,14 +155,11 @@ def tail_rows(spark: Any, checkpoint: Path, text: str, strategy: str | None, lat
 
 def _flush_states(text: str, strategy: str | None, lateness_us: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def flush(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
         from engine.matcher import Matcher
         from stream import state
-        from stream.processor import OUTPUT_SCHEMA, compiled_query, match_rows
+        from stream.processor import compiled_query, match_rows, output_table
 
         query = compiled_query(text, strategy)
-        names = [f.name for f in OUTPUT_SCHEMA]
         for batch in batches:
             rows = []
             for blob, n in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
@@ -172,9 +167,6 @@ def _flush_states(text: str, strategy: str | None, lateness_us: int) -> Callable
                     continue
                 matcher = state.load(Matcher(query, allowed_lateness_us=lateness_us), blob)
                 rows.extend(match_rows(matcher, int(n or 0), matcher.flush()))
-            cols = list(zip(*rows)) if rows else [()] * len(names)
-            yield pa.RecordBatch.from_arrays(
-                [pa.array(c, pa.binary() if name == "m" else pa.int64()) for name, c in zip(names, cols)], names=names
-            )
+            yield from output_table(rows).to_batches()
 
     return flush

@@ -212,7 +212,7 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
     """
     from deltalake import DeltaTable
 
-    from stream.processor import OUTPUT_SCHEMA, LaceProcessor
+    from stream.processor import OUTPUT_SCHEMA, LaceProcessor, output_table
 
     spark = spark_session(job.master)
     _delta_ready(spark)
@@ -255,13 +255,13 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         raise StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}") from e
     progress.clear()
     progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
-    import pyarrow as pa
-
     if (workdir / "results" / "_delta_log").is_dir():
         table = DeltaTable(str(workdir / "results")).to_pyarrow_table()
     else:
-        table = pa.table({f.name: pa.array([], pa.binary() if f.name == "m" else pa.int64()) for f in OUTPUT_SCHEMA})
+        table = output_table([])
     if job.archive is not None:
+        import pyarrow as pa
+
         from stream.archive_source import tail_rows
 
         tail = tail_rows(spark, workdir / "stream", job.text, job.strategy, job.lateness_us)

@@ -169,6 +169,16 @@ def match_rows(matcher: Matcher, n: int, found: list[Match]) -> list[tuple[int, 
     return [(*_place(m, trailing, window), n + i, dumps(m, proto)) for i, m in enumerate(found)]
 
 
+def output_table(rows: list[tuple[int, int, int, int, int, int, bytes]]) -> Any:
+    """``rows`` (:func:`match_rows`'s, or a late event's) as a ``pyarrow.Table`` of :data:`OUTPUT_SCHEMA`'s columns
+    (int64, ``m`` binary); an empty table when there are none."""
+    import pyarrow as pa
+
+    cols = list(zip(*rows)) if rows else [()] * len(_COLUMNS)
+    return pa.table([pa.array(c, pa.binary() if name == "m" else pa.int64()) for name, c in zip(_COLUMNS, cols)],
+                    names=_COLUMNS)
+
+
 def _place(m: Match, trailing: set[int], window_us: int) -> tuple[int, int, int, int, int]:
     """``(pts, pid, kind, cts, cid)`` of a match (module docstring)."""
     if m._env is not None and m._layout is not None:  # from the binding: m.events would be built and pickled
