@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.lql.ast import AttrRef, BinOp, BoolOp, Compare, Component, Expr, Literal, Neg, PatternQuery, Seq
+from engine.lql.ast import AttrRef, BinOp, BoolOp, Compare, Expr, Literal, Neg, PatternQuery
+from engine.lql.pattern_checks import single_event_var
 
 if TYPE_CHECKING:
     from engine.event_type import EventType
@@ -52,7 +53,7 @@ def single_event_filter(query: PatternQuery, types: Sequence[EventType]) -> pc.E
     types : sequence of EventType
         The types the pattern's events come from (their attributes give each column's kind).
     """
-    var = _single_variable(query)
+    var = single_event_var(query)
     if var is None or query.where is None:
         return None
     kinds = _attribute_kinds(types)
@@ -68,15 +69,6 @@ def single_event_filter(query: PatternQuery, types: Sequence[EventType]) -> pc.E
 def apply_filter(table: pa.Table, where: pc.Expression | None) -> pa.Table:
     """``table``'s rows that pass ``where`` (all of them for None)."""
     return table if where is None or table.num_rows == 0 else table.filter(where)
-
-
-def _single_variable(query: PatternQuery) -> str | None:
-    node: Any = query.pattern
-    while isinstance(node, Seq) and len(node.items) == 1 and node.by is None:
-        node = node.items[0]
-    if isinstance(node, Component) and node.kind == "single" and node.operator is None:
-        return node.var
-    return None
 
 
 def _attribute_kinds(types: Iterable[EventType]) -> dict[str, str]:

@@ -19,8 +19,10 @@ from typing import Any, ClassVar
 
 from engine.events import END_OF_TIME, Event
 from engine.live_archived.counters import RunCounters
+from engine.live_archived.memo import ArchivedMemo
 from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import ArchiveSource, Ranges
+from engine.lql.pattern_checks import single_event_var
 from engine.match import Match
 from engine.matcher import LateEventError, Matcher
 from engine.pm.store import PartialMatchStore
@@ -149,6 +151,10 @@ class Runner:
         lateness = allowed_lateness_us.values() if isinstance(allowed_lateness_us, dict) else [allowed_lateness_us]
         self.lateness_us = max(lateness, default=0)
         self.counters = RunCounters(self.algorithm)
+        self.archived_memo: ArchivedMemo | None = (
+            ArchivedMemo() if single_event_var(plan.archived.ast) is not None else None
+        )
+        """Each archived event's matches of a one-event ``P_A``, reused by later requests (:class:`ArchivedMemo`)."""
         self.watermark = MIN_TS
         self.live_clock = MIN_TS
         """Event time the live matcher has reached: later live instances start after ``live_clock - span``."""
@@ -308,11 +314,28 @@ class Runner:
         return events
 
     def match_archived(self, events: list[Event]) -> list[Match]:
-        """Every match of ``P_A`` over ``events`` (fed in the matcher's (ts_end, id) order), with a fresh matcher."""
+        """Every match of ``P_A`` over ``events`` (fed in the matcher's (ts_end, id) order), with a fresh matcher.
+
+        A one-event ``P_A`` (:func:`engine.lql.pattern_checks.single_event_var`) matches each event on its own: an
+        event already matched for an earlier request of this query is not matched again (:attr:`archived_memo`;
+        consecutive requests of LLAA, OLLAA and SLLAA cover mostly the same look-back), only the others go
+        through a fresh matcher. The result is the same list either way.
+        """
+        ordered = sorted(events, key=Event.order_key)  # a no-op pass when the source kept the order
+        memo = self.archived_memo
+        if memo is not None:
+            out = memo.match(ordered, self._match_fresh, self.horizon())
+        else:
+            out = self._match_fresh(ordered)
+        with self.lock:
+            self.counters.archived_instances += len(out)
+        return out
+
+    def _match_fresh(self, ordered: list[Event]) -> list[Match]:
         matcher = Matcher(self.plan.archived)
         out: list[Match] = []
         push = matcher.push
-        for e in sorted(events, key=Event.order_key):  # a no-op pass when the source kept the order
+        for e in ordered:
             try:
                 found = push(e)
             except LateEventError:
@@ -320,8 +343,6 @@ class Runner:
             if found:
                 out += found
         out += matcher.flush()
-        with self.lock:
-            self.counters.archived_instances += len(out)
         return out
 
     def join(self, inst: LiveInstance, candidates: Iterable[Match], out: list[Match]) -> None:

@@ -193,6 +193,19 @@ def _walk_refs(
             _walk_refs(arg, scope, clause, False, other, side, grouped)
 
 
+def single_event_var(query: ast.PatternQuery) -> str | None:
+    """The variable of a pattern of one event (``SEQ(T x)`` or ``T x``: one component, no Kleene closure, no
+    negation, no operator), else None. Each match of such a pattern is one event matched on its own, so its matches
+    over any events are the union of each event's (the archive's pushdown and the live-and-archived runners' reuse
+    of archived instances rely on it)."""
+    node: object = query.pattern
+    while isinstance(node, ast.Seq) and len(node.items) == 1 and node.by is None:
+        node = node.items[0]
+    if isinstance(node, ast.Component) and node.kind == "single" and node.operator is None:
+        return node.var
+    return None
+
+
 def conjuncts(expr: ast.Expr) -> tuple[ast.Expr, ...]:
     """Top-level AND parts of a WHERE expression."""
     if isinstance(expr, ast.BoolOp) and expr.op == "and":
