@@ -18,9 +18,9 @@ from collections.abc import Callable
 from engine.events import Event
 from engine.match import Match
 
-MAX_EVENTS = 200_000
-"""The most events remembered (about 0.5-1 KiB each with their matches); beyond it the events before the runner's
-horizon are forgotten, and everything when that is not enough."""
+MAX_EVENTS = 100_000
+"""The most events remembered (0.75-1.2 KiB each with their matches, measured: up to ~120 MB per query); beyond it
+the events before the runner's horizon are forgotten, and everything when that is not enough."""
 
 _Key = tuple[str, int, int]
 
