@@ -20,7 +20,7 @@ from engine.match import Match
 
 MAX_EVENTS = 100_000
 """The most events remembered (0.75-1.2 KiB each with their matches, measured: up to ~120 MB per query); beyond it
-the events before the runner's horizon are forgotten, and everything when that is not enough."""
+the events before the runner's horizon are forgotten, then the oldest until half of it is left."""
 
 _Key = tuple[str, int, int]
 
@@ -109,12 +109,15 @@ class ArchivedMemo:
         return new
 
     def _evict(self, horizon_us: int | None) -> None:
+        """Forget the events before ``horizon_us``; if more than half the bound remain, keep the newest half (the
+        look-back slides forward with the live instances: the oldest events are the first no request needs)."""
         with self.lock:
             if len(self.matches) <= self.max_events:
                 return
-            kept = {} if horizon_us is None else {k: v for k, v in self.matches.items() if k[2] >= horizon_us}
+            kept = self.matches if horizon_us is None else {k: v for k, v in self.matches.items() if k[2] >= horizon_us}
             if len(kept) > self.max_events // 2:
-                kept = {}
+                newest = sorted(kept, key=lambda k: k[2])[len(kept) - self.max_events // 2 :]
+                kept = {k: kept[k] for k in newest}
             self.matches = kept
 
     def stats(self) -> dict[str, int]:
