@@ -69,6 +69,11 @@ def stream(
     api_key: Annotated[
         str | None, typer.Option(help="With --deliver: an API key of scope admin.", envvar=API_KEY_ENV)
     ] = None,
+    deliver_tail: Annotated[
+        bool,
+        typer.Option("--deliver-tail", help="With --deliver --archive: also send the matches only the end of the "
+                     "events read gives (a later event could still cancel them): when no more will be archived."),
+    ] = False,
 ) -> None:
     """Run a live-only statement over an event file or the archive on Spark Structured Streaming; OUT as
     `lace match` writes it.
@@ -78,12 +83,16 @@ def stream(
     state store, event-time timers, the lateness as the watermark). With --archive and --checkpoint, a rerun reads
     only what was archived since and writes the matches of all events read so far. With --deliver and
     --query-id, OUT's matches then go to the service (POST /queries/{id}/results): the new ones become the
-    statement's alerts, delivered to its webhooks; the ones it already alerted are not delivered again.
+    statement's alerts, delivered to its webhooks; the ones it already alerted are not delivered again. With
+    --archive, the matches of the run's tail (which a newer event could still cancel) are not sent unless
+    --deliver-tail says that no more events will come.
     """
     if (deliver is None) != (query_id is None):
         fail("give both --deliver URL and --query-id N, or neither")
     if deliver is not None and not deliver.lower().startswith(("http://", "https://")):
         fail(f"--deliver {deliver}: give the service's base URL, e.g. http://127.0.0.1:8080")
+    if deliver_tail and deliver is None:
+        fail("--deliver-tail is an option of --deliver")
     text = read_text(query)
     if (events is None) == (archive is None):
         fail("give either --events FILE or --archive ROOT")
@@ -187,10 +196,15 @@ def stream(
     if deliver is not None:
         from engine.match_files import match_line
 
+        held = set() if deliver_tail else stream_job.tail_keys  # empty in the file mode: its end is the file's
+        final = [m for m in found if m.key() not in held] if held else found
         with ResultsClient(deliver, cast(int, query_id), api_key) as client:
             try:
-                got = client.send(match_line(m).encode() + b"\n" for m in found)
+                got = client.send(match_line(m).encode() + b"\n" for m in final)
             except DeliverError as e:
                 fail(str(e), code=1)
         typer.echo(f"delivered to {deliver} query {query_id}: {got.received} matches, {got.alerts} new alerts, "
                    f"{got.duplicates} already alerted")
+        if len(final) < len(found):
+            typer.echo(f"not delivered: {len(found) - len(final)} matches of the end of the events read (a newer "
+                       f"event could still cancel them; a later run sends them once final, --deliver-tail now)")
