@@ -136,7 +136,7 @@ def switch_query_plan(
 _MATCH_SCHEMA = MatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
 _RESULTS_BODY: dict[str, Any] = {
     "requestBody": {
-        "required": True,
+        "required": False,  # an empty body records nothing: a check of the URL, the key and the query
         "content": {
             "application/x-ndjson": {
                 "schema": {"type": "string", "description": "one match object (MatchIn) per line, as lace match writes"}
@@ -157,7 +157,8 @@ async def import_results(id: Id, request: Request, runtime: RuntimeDep, _: Admin
     of the query, active or paused, in one transaction: each new one delivered to its webhooks; a match the query
     already alerted (the same event ids: the service found it, or an earlier import) is counted in ``duplicates``
     and not delivered again. A line that is not a match object, or one of another statement, is a 422 with its
-    ``line``, and nothing is recorded. docs/stream.md: the service registers, ingests and delivers, Spark detects."""
+    ``line``, and nothing is recorded. An empty body records nothing (a check of the key and the query).
+    docs/stream.md: the service registers, ingests and delivers, Spark detects."""
     body = await request.body()
     content_type = request.headers.get("content-type", "application/json")
     return await anyio.to_thread.run_sync(lambda: alert.import_results(runtime, id, body, content_type))
