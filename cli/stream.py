@@ -5,7 +5,8 @@ Reads the query and the event file as ``lace match`` does and writes OUT with th
 compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). With ``--archive ROOT`` instead of
 ``--events`` the events are the archive's (``<ROOT>/<type>``, :mod:`stream.archive_source`). A statement that cannot
 run there is refused up front (one error line, exit 2; :mod:`stream.statements`), as is an event type the statement
-reads without a table in the archive.
+reads without a table in the archive. ``--deliver URL --query-id N`` then sends OUT's matches to a running service
+as that statement's alerts (:mod:`cli.deliver`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, cast
 import typer
 
 from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, read_text, warn
+from cli.deliver import API_KEY_ENV, DeliverError, ResultsClient
 from cli.match import MatchFormatChoice, _open_out_binary, event_file_options
 from engine.durations import parse_duration_us
 
@@ -56,6 +58,22 @@ def stream(
         TsUnitChoice.auto
     ),
     sort: Annotated[bool, typer.Option("--sort", help="Sort the file by (ts, id) first (reads it all).")] = False,
+    deliver: Annotated[
+        str | None,
+        typer.Option(help="After the run, send OUT's matches to this LACE service (base URL, e.g. "
+                     "http://127.0.0.1:8080) as alerts of --query-id, delivered to its webhooks once."),
+    ] = None,
+    query_id: Annotated[
+        int | None, typer.Option(help="With --deliver: the service's id of this statement.", min=1)
+    ] = None,
+    api_key: Annotated[
+        str | None, typer.Option(help="With --deliver: an API key of scope admin.", envvar=API_KEY_ENV)
+    ] = None,
+    deliver_tail: Annotated[
+        bool,
+        typer.Option("--deliver-tail", help="With --deliver --archive: also send the matches only the end of the "
+                     "events read gives (a later event could still cancel them): when no more will be archived."),
+    ] = False,
 ) -> None:
     """Run a live-only statement over an event file or the archive on Spark Structured Streaming; OUT as
     `lace match` writes it.
@@ -63,8 +81,18 @@ def stream(
     The events go through a Delta table read by readStream (with --archive: the archive's tables of the statement's
     event types), keyed by PARTITION BY; the engine's matcher runs per key in transformWithStateInPandas (RocksDB
     state store, event-time timers, the lateness as the watermark). With --archive and --checkpoint, a rerun reads
-    only what was archived since and writes the matches of all events read so far.
+    only what was archived since and writes the matches of all events read so far. With --deliver and
+    --query-id, OUT's matches then go to the service (POST /queries/{id}/results): the new ones become the
+    statement's alerts, delivered to its webhooks; the ones it already alerted are not delivered again. With
+    --archive, the matches of the run's tail (which a newer event could still cancel) are not sent unless
+    --deliver-tail says that no more events will come.
     """
+    if (deliver is None) != (query_id is None):
+        fail("give both --deliver URL and --query-id N, or neither")
+    if deliver is not None and not deliver.lower().startswith(("http://", "https://")):
+        fail(f"--deliver {deliver}: give the service's base URL, e.g. http://127.0.0.1:8080")
+    if deliver_tail and deliver is None:
+        fail("--deliver-tail is an option of --deliver")
     text = read_text(query)
     if (events is None) == (archive is None):
         fail("give either --events FILE or --archive ROOT")
@@ -107,6 +135,13 @@ def stream(
         tree = trees[0]
         name = getattr(tree, "name", None) or "statement_1"
         fail(f"{query}:{tree.pos.line}:{tree.pos.column}: statement {name} cannot run on Spark: {reason}")
+
+    if deliver is not None:
+        with ResultsClient(deliver, cast(int, query_id), api_key) as client:
+            try:
+                client.check()  # before Spark starts: the service answers, the key may import, the query exists
+            except DeliverError as e:
+                fail(str(e))
 
     from stream import job as stream_job
     from stream.job import StreamJob, StreamJobError, accepted_events, run
@@ -158,3 +193,18 @@ def stream(
              f"checkpoint (the first: id {i}, ts {ts}; raise --lateness)")
     with MatchWriter(_open_out_binary(out), format.value) as sink:
         sink.write(found)
+    if deliver is not None:
+        from engine.match_files import match_line
+
+        held = set() if deliver_tail else stream_job.tail_keys  # empty in the file mode: its end is the file's
+        final = [m for m in found if m.key() not in held] if held else found
+        with ResultsClient(deliver, cast(int, query_id), api_key) as client:
+            try:
+                got = client.send(match_line(m).encode() + b"\n" for m in final)
+            except DeliverError as e:
+                fail(str(e), code=1)
+        typer.echo(f"delivered to {deliver} query {query_id}: {got.received} matches, {got.alerts} new alerts, "
+                   f"{got.duplicates} already alerted")
+        if len(final) < len(found):
+            typer.echo(f"not delivered: {len(found) - len(final)} matches of the end of the events read (a newer "
+                       f"event could still cancel them; a later run sends them once final, --deliver-tail now)")

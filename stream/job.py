@@ -45,6 +45,10 @@ STREAM_ROOT = Path(__file__).resolve().parents[1]
 _DONE = "source.done"
 progress: list[dict[str, Any]] = []
 """The last run's micro-batch progress reports (Spark's ``StreamingQuery.recentProgress``, as dicts)."""
+tail_keys: set[frozenset[tuple[str, tuple[int, ...]]]] = set()
+"""The identities (:meth:`engine.match.Match.key`) of the last archive-mode run's tail: the matches only the end of
+the stream gives (a trailing negation whose deadline the watermark has not passed, a match of events still held
+back by the lateness), in OUT but not committed; a newer event can still cancel them. Empty after a file-mode run."""
 late: list[tuple[int, int]] = []
 """The events the keys' matchers rejected as late, ``(ts_end us, id)``, over every run of the checkpoint (archive
 mode; the file mode leaves such events out before Spark)."""
@@ -214,6 +218,7 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
 
     from stream.processor import OUTPUT_SCHEMA, LaceProcessor, output_table
 
+    tail_keys.clear()
     spark = spark_session(job.master)
     _delta_ready(spark)
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)  # also on a session built before
@@ -265,6 +270,7 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         from stream.archive_source import tail_rows
 
         tail = tail_rows(spark, workdir / "stream", job.text, job.strategy, job.lateness_us)
+        tail_keys.update(pickle.loads(blob).key() for blob in tail.column("m").to_pylist())
         names = [f.name for f in OUTPUT_SCHEMA]
         table = table.select(names)
         table = pa.concat_tables([table, tail.select(names).cast(table.schema)])

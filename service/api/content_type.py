@@ -1,13 +1,14 @@
 """Content types as a pure ASGI middleware: 415 for a request body that is not JSON.
 
 Every body the API reads is JSON (``application/json``, or a ``+json`` type such as
-``application/merge-patch+json``); ``POST /events`` also reads NDJSON (``application/x-ndjson``,
-``application/ndjson``, ``application/jsonl``, ``application/json-lines``). A request that
+``application/merge-patch+json``); ``POST /events`` and ``POST /queries/{id}/results`` also read NDJSON
+(``application/x-ndjson``, ``application/ndjson``, ``application/jsonl``, ``application/json-lines``). A request that
 carries a body of any other declared type (``text/plain``, XML, a form...) is refused with 415
 before the body is read, and nothing changes. A body without ``Content-Type`` is read as JSON.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import orjson
@@ -17,6 +18,8 @@ from service.core.errors import clip
 
 NDJSON_TYPES = frozenset({"application/x-ndjson", "application/ndjson", "application/jsonl", "application/json-lines"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_NDJSON_PATHS = re.compile(r"/queries/[0-9]+/results")
+"""Paths besides the ingest path that also read NDJSON (a query's results import)."""
 
 
 def media_type(header: str) -> str:
@@ -53,14 +56,16 @@ class ContentTypeMiddleware:
                 has_body = has_body or b"chunked" in value.lower()
         if has_body and content_type is not None:
             media = media_type(content_type)
-            if not (is_json(media) or (scope["path"] == self.ingest_path and media in NDJSON_TYPES)):
-                await _unsupported(send, media, scope["path"] == self.ingest_path)
+            path = scope["path"]
+            ndjson = path == self.ingest_path or _NDJSON_PATHS.fullmatch(path) is not None
+            if not (is_json(media) or (ndjson and media in NDJSON_TYPES)):
+                await _unsupported(send, media, ndjson)
                 return
         await self.app(scope, receive, send)
 
 
-async def _unsupported(send: Send, media: str, ingest: bool) -> None:
-    accepted = "application/json or application/x-ndjson" if ingest else "application/json"
+async def _unsupported(send: Send, media: str, ndjson: bool) -> None:
+    accepted = "application/json or application/x-ndjson" if ndjson else "application/json"
     reason = clip(f"unsupported Content-Type {media!r}: send {accepted}")
     body: dict[str, Any] = {"detail": [{"field": "header.Content-Type", "reason": reason}]}
     data = orjson.dumps(body)

@@ -24,8 +24,9 @@ without internet access ([screenshot, taken offline by headless Chromium](img/sw
   int microseconds.
 - **Errors**: every 4xx body is `{"detail": [{"field": "body.url", "reason": "...", ...}]}`; bad LQL
   adds `line` and `column`. `POST /events` answers per event (`rejections`: index, NDJSON line, field,
-  reason). Bodies are JSON (`application/json` or a `+json` type; `POST /events` also NDJSON): another
-  `Content-Type` is a 415. Malformed JSON is a 400 on `body` with `line` and `column`, on every route.
+  reason). Bodies are JSON (`application/json` or a `+json` type; `POST /events` and
+  `POST /queries/{id}/results` also NDJSON): another `Content-Type` is a 415. Malformed JSON is a 400
+  on `body` with `line` and `column`, on every route.
   Request bodies take no unknown keys and convert nothing (`"5"` and `true` are not integers). A value
   from the request is echoed in an error cut to its first 40 characters and its length.
 - **Webhooks**: one `POST` per alert with `Content-Type: application/json`, `Idempotency-Key`

@@ -21,7 +21,7 @@ from service.core.faults import crash_point
 from service.core.metrics import Metrics
 from service.db.session import now_us, transaction
 from service.live.live_query import LiveQuery
-from service.live.outbox import Found, record_alerts
+from service.live.outbox import Found, doc_values, record_alert_rows, record_alerts
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,29 @@ class Results:
         self.metrics.alerts_duplicate.inc(len(found) - alerts)
         if (alerts or deliveries) and self.on_deliveries is not None:
             self.on_deliveries()
+
+    def import_docs(self, query_id: int, version: int, docs: list[dict[str, Any]]) -> int:
+        """Commit matches found elsewhere (``lace stream``'s, as their JSON objects ``Match.to_json()``) as alerts
+        of query ``query_id`` at ``version``, with their outbox rows, in one transaction; returns the new alerts.
+
+        The query may be paused or stopped (it need not run here): a match it already alerted (same event ids)
+        is not alerted again, and neither is one repeated in ``docs``.
+
+        Raises
+        ------
+        Exception
+            When the database cannot take them (nothing is recorded); an ``IntegrityError`` when the query was
+            deleted meanwhile.
+        """
+        t = now_us()
+        rows = [doc_values(query_id, d, t) | {"query_version": version} for d in docs]
+        with transaction(self.sessions) as session:
+            alerts, deliveries = record_alert_rows(session, rows, now_us=t)
+        self.metrics.alerts.inc(alerts)
+        self.metrics.alerts_duplicate.inc(len(docs) - alerts)
+        if (alerts or deliveries) and self.on_deliveries is not None:
+            self.on_deliveries()
+        return alerts
 
     def save(self, found: list[Found]) -> int:
         """Record alerts + outbox in one transaction; keep them for the next try if the database fails. Returns

@@ -58,6 +58,33 @@ class IngestResponse(BaseModel):
     alerts: int
 
 
+INT64 = json_int_type(-(1 << 63), (1 << 63) - 1)
+
+
+class MatchIn(BaseModel):
+    """One match as ``lace match`` and ``lace stream`` write it (a line of their JSONL output: ``Match.to_json()``),
+    imported by ``POST /queries/{id}/results``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str | None = Field(description="The statement's NAME (null for a statement without one)")
+    events: dict[str, list[INT64]] = Field(description="variable -> event ids")  # type: ignore[valid-type]
+    start: INT64 = Field(description="ts of the first event, int microseconds UTC")  # type: ignore[valid-type]
+    end: INT64 = Field(description="ts (or ts_end) of the last event, int microseconds UTC")  # type: ignore[valid-type]
+    fields: dict[str, Any] = Field(description="RETURN fields by alias")
+
+
+class ResultsImported(BaseModel):
+    """What ``POST /queries/{id}/results`` recorded."""
+
+    received: int = Field(description="Matches in the body")
+    alerts: int = Field(description="New alerts recorded (each delivered to the query's webhooks)")
+    duplicates: int = Field(
+        description="Matches already alerted (by this service or an earlier import) or repeated in the body: "
+        "not alerted again"
+    )
+
+
 class AlertPublic(BaseModel):
     id: int
     query_id: int

@@ -1,4 +1,4 @@
-"""Queries: ``/queries`` (create from LQL, list, get, update, pause, resume, delete, explain).
+"""Queries: ``/queries`` (create from LQL, list, get, update, pause, resume, delete, explain, import results).
 
 Live-only and live-and-archived queries (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``) alike.
 Creating or resuming a query starts it at once: it sees every event ingested after the answer
@@ -10,12 +10,14 @@ The statement's model and API shape are :mod:`service.statement`, its life in th
 """
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query, Response
+import anyio
+from fastapi import APIRouter, Query, Request, Response
 
-from service import plan, statement, statement_lifecycle
+from service import alert, plan, statement, statement_lifecycle
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
+from service.schemas.alerts import MatchIn, ResultsImported
 from service.schemas.common import ERRORS, Id
 from service.schemas.plans import ExplainRequest, ExplainResult
 from service.schemas.resources import PlanSwitch, QueryCreate, QueryPublic, QueryUpdate, RuleGraphPublic
@@ -129,6 +131,37 @@ def switch_query_plan(
     takes over without losing or repeating a result; the choice is kept (``plan_choice``) for restarts and
     for a paused query's resume. The text, version and counters stay."""
     return plan.switch(session, runtime, id, body)
+
+
+_MATCH_SCHEMA = MatchIn.model_json_schema(ref_template="#/components/schemas/{model}")
+_RESULTS_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": False,  # an empty body records nothing: a check of the URL, the key and the query
+        "content": {
+            "application/x-ndjson": {
+                "schema": {"type": "string", "description": "one match object (MatchIn) per line, as lace match writes"}
+            },
+            "application/json": {"schema": {"type": "array", "items": _MATCH_SCHEMA}},
+        },
+    }
+}
+
+
+@router.post(
+    "/{id:int}/results",
+    summary="Import matches found elsewhere (lace stream's OUT) as the query's alerts, each delivered once",
+    openapi_extra=_RESULTS_BODY,
+)
+async def import_results(id: Id, request: Request, runtime: RuntimeDep, _: AdminKey) -> ResultsImported:
+    """Record the body's matches (NDJSON, one per line, as ``lace match`` / ``lace stream`` write them) as alerts
+    of the query, active or paused, in one transaction: each new one delivered to its webhooks; a match the query
+    already alerted (the same event ids: the service found it, or an earlier import) is counted in ``duplicates``
+    and not delivered again. A line that is not a match object, or one of another statement, is a 422 with its
+    ``line``, and nothing is recorded. An empty body records nothing (a check of the key and the query).
+    docs/stream.md: the service registers, ingests and delivers, Spark detects."""
+    body = await request.body()
+    content_type = request.headers.get("content-type", "application/json")
+    return await anyio.to_thread.run_sync(lambda: alert.import_results(runtime, id, body, content_type))
 
 
 @router.delete(
