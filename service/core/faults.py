@@ -16,8 +16,9 @@ the environment of the process says so, read once at import (a live-and-archived
 The points (docs/architecture.md section 4): ``archive.flush.before_commit``, ``archive.flush.before_wal_delete``
 (``archive/writer.py``), ``webhook.after_post`` (``service/webhooks/dispatcher.py``), ``la.request_submitted``
 (``service/live/live_archived.py``), ``ingest.after_wal`` (``service/live/ingest.py``),
-``ingest.before_alert_commit`` (``service/live/results.py``) and ``checkpoint.mid_transaction``
-(``service/live/recovery.py``).
+``ingest.before_alert_commit``, ``results.import.before_commit`` and ``results.import.after_commit``
+(``service/live/results.py``: ``POST /queries/{id}/results``, tests/crash/test_results_import_crash.py) and
+``checkpoint.mid_transaction`` (``service/live/recovery.py``).
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ POINTS = (
     "ingest.after_wal",
     "ingest.before_alert_commit",
     "checkpoint.mid_transaction",
+    "results.import.before_commit",
+    "results.import.after_commit",
 )
 """Every crash point in the code."""
 

@@ -92,6 +92,8 @@ class Results:
         rows = [doc_values(query_id, d, t) | {"query_version": version} for d in docs]
         with transaction(self.sessions) as session:
             alerts, deliveries = record_alert_rows(session, rows, now_us=t)
+            crash_point("results.import.before_commit")
+        crash_point("results.import.after_commit")
         self.metrics.alerts.inc(alerts)
         self.metrics.alerts_duplicate.inc(len(docs) - alerts)
         if (alerts or deliveries) and self.on_deliveries is not None:
