@@ -3,8 +3,8 @@
 ``python -m bench.archived_memo [--days 8] [--llaa 600] [--subwindows 60] [--rounds 2]``
 
 The demo's ``congested_same_hour`` (``LOOKBACK 7 days``) over the first ``--days`` of the Aarhus table in an
-in-memory archive (:class:`engine.live_archived.source.MemoryArchive`: no Spark, no pushdown, so every request
-returns every reading of its keys and range). The live instances of the last day are found by the live matcher,
+in-memory archive (:class:`engine.live_archived.source.MemoryArchive`, no Spark) of the readings that match ``P_A``
+(what a request returns after the service's pushdown of its WHERE). The live instances of the last day are found by the live matcher,
 then answered the way the service's query processes answer them: LLAA one request per instance (``answer_one``),
 SLLAA one request per subwindow of 15 instances (``answer``), each with the memo
 (:class:`engine.live_archived.memo.ArchivedMemo`) and without it (``archived_memo = None``: a fresh matcher over
@@ -60,8 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         for i, (k, ms, s, c) in enumerate(zip(d["key"], d["ts_ms"], d["avg_speed"], d["vehicle_count"]))
     ]
     plan = compile_live_archived(QUERY.read_text())
+    # the archive holds what a request returns after the service's pushdown of P_A's WHERE (archive/pushdown.py,
+    # exact for this WHERE): the readings that match P_A; unfiltered, every request would return every reading
+    pa_matcher = Matcher(plan.archived)
     archive = MemoryArchive()
-    archive.extend(events)
+    archive.extend(e for e in events if pa_matcher.push(e))
     cut = (t0 + (args.days - 1) * DAY_MS) * 1000
     live = Matcher(plan.live)
     found = [m for e in events if e.ts >= cut for m in live.push(e)] + live.flush()
