@@ -4,9 +4,9 @@
 
 The demo's ``congested_same_hour`` (``LOOKBACK 7 days``) over the first ``--days`` of the Aarhus table in an
 in-memory archive (:class:`engine.live_archived.source.MemoryArchive`, no Spark) of the readings that match ``P_A``
-(what a request returns after the service's pushdown of its WHERE). The live instances of the last day are found by the live matcher,
-then answered the way the service's query processes answer them: LLAA one request per instance (``answer_one``),
-SLLAA one request per subwindow of 15 instances (``answer``), each with the memo
+(what a request returns after the service's pushdown of its WHERE). The live instances of the last day are found by
+the live matcher, then answered the way the service's query processes answer them: LLAA one request per instance
+(``answer_one``), SLLAA one request per subwindow of 15 instances (``answer``), each with the memo
 (:class:`engine.live_archived.memo.ArchivedMemo`) and without it (``archived_memo = None``: a fresh matcher over
 every request's rows), alternating, ``--rounds`` times. Prints CPU seconds (``time.process_time``: the machine is
 shared) and checks both give the same results.
