@@ -28,6 +28,7 @@ from engine.matcher import LateEventError, Matcher
 from engine.pm.store import PartialMatchStore
 
 MIN_TS = -(1 << 62)
+_NONE: dict[str, tuple[Event, ...]] = {}
 
 
 @dataclass(slots=True)
@@ -155,6 +156,10 @@ class Runner:
             ArchivedMemo() if single_event_var(plan.archived.ast) is not None else None
         )
         """Each archived event's matches of a one-event ``P_A``, reused by later requests (:class:`ArchivedMemo`)."""
+        self._equi_cache: dict[int, tuple[Match, tuple[Any, ...]]] | None = (
+            {} if self.archived_memo is not None and plan.join_equi else None
+        )
+        """``id(j) -> (j, archived sides of the JOIN equalities)`` for the memo's archived instances."""
         self.watermark = MIN_TS
         self.live_clock = MIN_TS
         """Event time the live matcher has reached: later live instances start after ``live_clock - span``."""
@@ -360,12 +365,30 @@ class Runner:
         keyed = plan.key is not None  # every algorithm takes an instance's candidates from its key
         tried = 0
         joined: list[Match] = []
-        for j in candidates:
-            if not qualifies(start, j):
-                continue
-            tried += 1
-            if joins(inst.match, j, same_key=keyed):
-                joined.append(j)
+        equi = plan.join_equi if keyed else ()
+        if equi:  # each side of an equality once: the live one here, the archived one per archived instance
+            live_events = inst.match.events
+            wanted = [e.live(live_events, _NONE, None) for e in equi]
+            hopeless = any(v is None for v in wanted)
+            values = self._equi_values
+            for j in candidates:
+                if not qualifies(start, j):
+                    continue
+                tried += 1
+                if hopeless:
+                    continue
+                got = values(j)
+                if all(g is not None and bool(w == g) for w, g in zip(wanted, got)) and joins(
+                    inst.match, j, same_key=True, equi_checked=True
+                ):
+                    joined.append(j)
+        else:
+            for j in candidates:
+                if not qualifies(start, j):
+                    continue
+                tried += 1
+                if joins(inst.match, j, same_key=keyed):
+                    joined.append(j)
         self.counters.join_pairs_tried += tried
         if not joined:
             return
@@ -381,6 +404,23 @@ class Runner:
         self.counters.delay_event_us.extend([delay_event] * emitted)
         self.counters.delay_wall_s.extend([delay_wall] * emitted)
         self.counters.results += emitted  # not the delays' length: the service trims those to the latest
+
+    def _equi_values(self, j: Match) -> tuple[Any, ...]:
+        """The archived sides of :attr:`LiveArchivedPlan.join_equi` on ``j``; kept per archived instance while the
+        memo keeps it (:attr:`archived_memo`: the same ``Match`` object serves many requests), else evaluated."""
+        cache = self._equi_cache
+        if cache is not None:
+            hit = cache.get(id(j))
+            if hit is not None and hit[0] is j:
+                return hit[1]
+        b = j.events
+        got = tuple(e.archived(_NONE, b, None) for e in self.plan.join_equi)
+        if cache is not None:
+            memo = self.archived_memo  # a cache implies the memo
+            if memo is not None and len(cache) >= memo.max_events:
+                cache.clear()  # values are evaluated again; the entries hold their Match, so no id is reused
+            cache[id(j)] = (j, got)
+        return got
 
     def access(self, inst: LiveInstance) -> Range:
         """``R_A(I)``, int microseconds, half-open."""

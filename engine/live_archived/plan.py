@@ -146,6 +146,18 @@ class JoinConjunct:
 
 
 @dataclass(frozen=True, slots=True)
+class EquiJoin:
+    """A JOIN conjunct ``live_expr = archived_expr`` whose sides each read one side's variables, all bound by every
+    match (no aggregate, no ``b[k]``): ``live(a, b, None)`` and ``archived(a, b, None)`` evaluate them apart, so the
+    live value is taken once per live instance and the archived one once per archived instance (hash-join style,
+    :meth:`engine.live_archived.base.Runner.join`). It holds when both are not null and equal, as in WHERE."""
+
+    live: Fn
+    archived: Fn
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class KeyPlan:
     """Archive key of a live instance, from a JOIN equality ``live_expr = q.attr``.
 
@@ -268,11 +280,40 @@ class LiveArchivedPlan:
         ]
         # with a key plan every candidate shares the instance's key: its equality need not be re-checked
         self.join_same_key = [c for c in self.join if self.key is None or c.expr is not self.key.expr]
+        self.join_equi, self.join_rest = self._split_equi(self.join_same_key, resolve, bound)
+        """With a key plan: the equalities of :attr:`join_same_key` evaluated apart (:class:`EquiJoin`), and its
+        other conjuncts (:meth:`joins` with ``equi_checked``)."""
         self.archived_types = tuple(sorted(self.archived.types))
         self.live_types = frozenset(self.live.types)
         self.stream_types = frozenset(self.live.types | self.archived.types)
 
     # ---------------------------------------------------------------- keys
+
+    def _split_equi(
+        self, conjuncts: list[JoinConjunct], resolve: Callable[[AttrRef | Aggregate], Fn], bound: frozenset[str]
+    ) -> tuple[list[EquiJoin], list[JoinConjunct]]:
+        equi: list[EquiJoin] = []
+        rest: list[JoinConjunct] = []
+        for c in conjuncts:
+            part = c.expr
+            sides = None
+            if isinstance(part, Compare) and part.op == "=" and not c.needs and not c.optional:
+                for live_side, other in ((part.left, part.right), (part.right, part.left)):
+                    lrefs, orefs = variable_refs(live_side), variable_refs(other)
+                    if (
+                        lrefs and orefs
+                        and all(isinstance(r, AttrRef) and r.var in self.live_vars and r.var in bound for r in lrefs)
+                        and all(isinstance(r, AttrRef) and r.var not in self.live_vars and r.var in bound
+                                for r in orefs)
+                    ):
+                        sides = (live_side, other)
+                        break
+            if sides is None:
+                rest.append(c)
+            else:
+                equi.append(EquiJoin(compile_value(sides[0], resolve), compile_value(sides[1], resolve),
+                                     expr_text(part)))
+        return equi, rest
 
     def _key_plan(
         self, join: Expr | None, resolve: Callable[[AttrRef | Aggregate], Fn], hint: str | None
@@ -334,13 +375,14 @@ class LiveArchivedPlan:
         deadline = self.archived_deadline_us
         return deadline is None or j.start + deadline < i_start
 
-    def joins(self, inst: Match, j: Match, *, same_key: bool = False) -> bool:
+    def joins(self, inst: Match, j: Match, *, same_key: bool = False, equi_checked: bool = False) -> bool:
         """The JOIN condition on the pair (see the module docstring).
 
         ``same_key``: the caller guarantees ``key_of(inst) == archived_key(j)`` (it took ``j`` from
-        ``inst``'s key), so the key equality is skipped.
+        ``inst``'s key), so the key equality is skipped. ``equi_checked`` (with ``same_key``): the caller checked
+        :attr:`join_equi` too, only :attr:`join_rest` is left.
         """
-        conjuncts = self.join_same_key if same_key else self.join
+        conjuncts = (self.join_rest if equi_checked else self.join_same_key) if same_key else self.join
         if not conjuncts:
             return True
         a, b = inst.events, j.events
