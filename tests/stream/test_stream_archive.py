@@ -231,10 +231,12 @@ def test_kill9_mid_stream_with_archive_then_restart_gives_the_same_output(stream
     """A checkpoint's stream over the archive in four micro-batches: a first run over 1,500 archived traffic readings
     (batch 0, and the no-data batch 1 of its timers), then 1,500 more archived and a second run (batch 2 reads them,
     batch 3 its timers) in a ``lace stream`` process that is killed with SIGKILL (the process group: Python and its
-    JVM) once the Delta sink has committed batch 2's matches to the results table (Spark may not have committed the
-    batch to its checkpoint yet: the window in which a replay could deliver them again). Run again with the same
-    checkpoint (in-process), it goes on from the last committed batch and writes ``lace match``'s output over the
-    3,000 readings, as a run never killed does; the results table holds every micro-batch once and no match twice."""
+    JVM) as soon as batch 2's matches are committed to the results table (Spark has most likely not committed the
+    batch to its checkpoint yet: the window in which a replay could deliver them again; the archive mode's
+    micro-batch is all that was archived since the last one, ``--batch-events`` does not apply). Run again with the
+    same checkpoint (in-process), it goes on from the last committed batch and writes ``lace match``'s output over
+    the 3,000 readings, as a run never killed does; the results table holds every micro-batch once and no match
+    twice, and the checkpoint's watermark is the unkilled run's."""
     import json
 
     from deltalake import DeltaTable
@@ -273,7 +275,7 @@ def test_kill9_mid_stream_with_archive_then_restart_gives_the_same_output(stream
     assert not (commits / "3").exists()  # nor batch 3 committed
 
     def txns(log: Path) -> list[int]:
-        """The micro-batches a results table's Delta log commits hold (the Delta sink's txn of the query)."""
+        """The micro-batches a results table's Delta log commits hold (their txn of the query)."""
         return [a["txn"]["version"] for f in sorted(log.glob("*.json"))
                 for a in map(json.loads, f.read_text().splitlines()) if "txn" in a]
 
