@@ -10,9 +10,9 @@
    event time). An end-of-stream marker row, far in event time, moves the watermark past every deadline; the
    no-data micro-batch Spark runs after it fires the timers, so trailing negations and held-back events come out
    (the stream's ``flush``).
-3. Matches go to a Delta results table (the Delta sink: exactly once per micro-batch with the checkpoint); the
-   driver reads it, sorts it into ``lace match``'s emission order (:data:`stream.processor.ORDER`) and writes OUT
-   with :class:`engine.match_files.MatchWriter`.
+3. Matches go to a Delta results table (``foreachBatch``, one Delta transaction per micro-batch: exactly once with
+   the checkpoint, :func:`_results_writer`); the driver reads it, sorts it into ``lace match``'s emission order
+   (:data:`stream.processor.ORDER`) and writes OUT with :class:`engine.match_files.MatchWriter`.
 
 With a checkpoint folder the source, the results and Spark's checkpoint live in it: a driver killed mid-stream
 and started again with the same folder goes on from its last committed micro-batch and writes the same OUT.
@@ -203,6 +203,28 @@ def write_source(
     return n
 
 
+def _results_writer(checkpoint: Path, results: Path) -> Callable[[Any, int], None]:
+    """The ``foreachBatch`` function appending a micro-batch's rows to the Delta table ``results``, exactly once.
+
+    The micro-batch is always computed, then written as a Delta transaction of the query (``txnAppId`` the id in
+    Spark's checkpoint ``metadata``, ``txnVersion`` the batch id: Delta skips a batch it already holds). Spark's Delta
+    sink does the same check but before running the batch: a batch replayed after a kill between the sink's commit
+    and Spark's commit (``commits/N``) was then not run at all, so Spark's watermark did not take its event times
+    (it stayed at the previous batches', and the no-data batch of the timers the batch's events set never ran)."""
+
+    def write(frame: Any, batch_id: int) -> None:
+        app = json.loads((checkpoint / "metadata").read_text())["id"]
+        frame.persist()
+        try:
+            frame.count()  # the batch runs (its state, its event times for the watermark) even when already written
+            (frame.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", batch_id)
+             .save(str(results)))
+        finally:
+            frame.unpersist()
+
+    return write
+
+
 def run_detection(job: StreamJob, workdir: Path) -> Any:
     """Run the streaming query over ``workdir/source`` (archive mode: the archive's tables) until it is consumed
     (``availableNow``); returns the results as an Arrow table (columns :data:`stream.processor.OUTPUT_SCHEMA`, not
@@ -248,10 +270,10 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         )
     )
     query = (
-        frame.writeStream.format("delta").outputMode("append")
+        frame.writeStream.foreachBatch(_results_writer(workdir / "stream", workdir / "results"))
         .option("checkpointLocation", str(workdir / "stream"))
         .trigger(availableNow=True)
-        .start(str(workdir / "results"))
+        .start()
     )
     try:
         query.awaitTermination()

@@ -3,6 +3,11 @@ as the source; the matches equal ``lace match``'s over the same events, and a re
 what was archived since."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +15,8 @@ from typer.testing import CliRunner
 
 from cli.main import app
 
-DEMO = Path(__file__).resolve().parents[2] / "cli" / "demo_data"
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "cli" / "demo_data"
 QUERIES = DEMO / "queries"
 runner = CliRunner()
 
@@ -217,3 +223,84 @@ def test_an_archived_interval_type_equals_lace_match(stream_spark, tmp_path):
     expected = match_output(query, data, tmp_path / "match.jsonl")
     assert expected.count(b"\n") >= 100
     assert stream_output(query, tmp_path / "archive", tmp_path / "stream.jsonl") == expected
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_kill9_mid_stream_with_archive_then_restart_gives_the_same_output(stream_spark, traffic_slice, tmp_path):
+    """A checkpoint's stream over the archive in four micro-batches: a first run over 1,500 archived traffic readings
+    (batch 0, and the no-data batch 1 of its timers), then 1,500 more archived and a second run (batch 2 reads them,
+    batch 3 its timers) in a ``lace stream`` process that is killed with SIGKILL (the process group: Python and its
+    JVM) as soon as batch 2's matches are committed to the results table (Spark has most likely not committed the
+    batch to its checkpoint yet: the window in which a replay could deliver them again; the archive mode's
+    micro-batch is all that was archived since the last one, ``--batch-events`` does not apply). Run again with the
+    same checkpoint (in-process), it goes on from the last committed batch and writes ``lace match``'s output over
+    the 3,000 readings, as a run never killed does; the results table holds every micro-batch once and no match
+    twice, and the checkpoint's watermark is the unkilled run's."""
+    import json
+
+    from deltalake import DeltaTable
+
+    from stream import job as stream_job
+    from stream.processor import LATE, ORDER
+
+    query = QUERIES / "jam_not_cleared.lql"
+    root, ck, out = tmp_path / "archive", tmp_path / "ck", tmp_path / "stream.jsonl"
+    both = head(traffic_slice, tmp_path / "both.csv", 3_000)
+    expected = match_output(query, both, tmp_path / "match.jsonl")
+    archive(root, head(traffic_slice, tmp_path / "first.csv", 1_500))
+    lace_stream = ["stream", "--query", str(query), "--archive", str(root), "--out", str(out), "--checkpoint", str(ck),
+                   "--master", "local[2]"]
+    result = lace(*lace_stream)
+    assert result.exit_code == 0, result.output
+    commits, sink_log = ck / "stream" / "commits", ck / "results" / "_delta_log"
+    assert sorted(p.name for p in commits.glob("[0-9]*")) == ["0", "1"]  # batch 0 and its timers' no-data batch
+    out.unlink()
+
+    assert archive(root, both, skip=1_500) == 1_500
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", *lace_stream], cwd=REPO, env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 240
+        while not (sink_log / f"{2:020d}.json").exists():  # batch 2's matches in the results table
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "batch 2 not written to the results table in 240 s"
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not out.exists()  # killed before the end: no OUT
+    assert not (commits / "3").exists()  # nor batch 3 committed
+
+    def txns(log: Path) -> list[int]:
+        """The micro-batches a results table's Delta log commits hold (their txn of the query)."""
+        return [a["txn"]["version"] for f in sorted(log.glob("*.json"))
+                for a in map(json.loads, f.read_text().splitlines()) if "txn" in a]
+
+    assert txns(sink_log) == [0, 1, 2]  # batch 2's matches delivered before the kill
+
+    result = lace(*lace_stream)
+    assert result.exit_code == 0, result.output
+    assert "warning:" not in result.output
+    assert sum(p["numInputRows"] for p in stream_job.progress) <= 1_500  # went on from the checkpoint
+    assert out.read_bytes() == expected
+    assert expected.count(b"\n") >= 10
+    rows = DeltaTable(str(ck / "results")).to_pyarrow_table().to_pylist()  # no match twice in the results table
+    keys = [tuple(r[c] for c in ORDER) + (r["m"],) for r in rows if r["kind"] != LATE]
+    assert len(keys) == len(set(keys)) >= 5
+
+    unkilled = tmp_path / "unkilled.jsonl"
+    assert stream_output(query, root, unkilled, "--checkpoint", str(tmp_path / "ck2")) == out.read_bytes()
+
+    # the checkpoint goes on as if never killed: the results table has each micro-batch once (Delta's txn of the
+    # query), the timers' no-data batch after batch 2 ran, and the watermark is the unkilled run's (the newest event
+    # time read, minus the lateness), so a later run drops the same events as late
+    assert txns(sink_log) == [0, 1, 2, 3]
+
+    def watermark(checkpoint: Path) -> int:
+        last = max((checkpoint / "stream" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+        return json.loads(last.read_text().splitlines()[1])["nextBatchWatermarkMs"]
+
+    assert watermark(ck) == watermark(tmp_path / "ck2")
