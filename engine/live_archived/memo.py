@@ -45,7 +45,8 @@ class ArchivedMemo:
         if max_events < 1:
             raise ValueError("max_events must be >= 1")
         self.max_events = max_events
-        self.matches: dict[_Key, tuple[Match, ...]] = {}
+        self.matches: dict[_Key, tuple[Event, tuple[Match, ...]]] = {}
+        """``(type, id, ts_end) -> (the event, its matches)``."""
         self.lock = threading.Lock()
         self.reused = 0
         self.matched = 0
@@ -82,10 +83,10 @@ class ArchivedMemo:
                 continue  # the matcher drops a repeated (ts_end, id) as late: so does the memo
             prev = at
             k = (e.type, e.id, e.ts_end)
-            found = known.get(k)
-            if found is None:
+            entry = known.get(k)
+            if entry is None:
                 fresh.append(e)
-            slots.append((k, found))
+            slots.append((k, None if entry is None else entry[1]))
         new = self._remember(fresh, match_fresh(fresh)) if fresh else {}
         out: list[Match] = []
         for k, found in slots:
@@ -105,8 +106,14 @@ class ArchivedMemo:
             by_event.setdefault((e.type, e.id, e.ts_end), []).append(m)
         new = {(e.type, e.id, e.ts_end): tuple(by_event.get((e.type, e.id, e.ts_end), ())) for e in fresh}
         with self.lock:
-            self.matches.update(new)
+            self.matches.update({(e.type, e.id, e.ts_end): (e, new[(e.type, e.id, e.ts_end)]) for e in fresh})
         return new
+
+    def known(self, keys: list[_Key]) -> list[Event | None]:
+        """The remembered event of each ``(type, id, ts_end)`` in ``keys`` (None: not remembered): a request's rows
+        already seen need not become events again (:mod:`service.live.la_process`)."""
+        known = self.matches
+        return [None if (entry := known.get(k)) is None else entry[0] for k in keys]
 
     def _evict(self, horizon_us: int | None) -> None:
         """Forget the events before ``horizon_us``; if more than half the bound remain, keep the newest half (the

@@ -59,6 +59,7 @@ from typing import Any
 
 from archive.archived_source import Extract
 from engine.events import Event
+from engine.live_archived.memo import ArchivedMemo
 from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import Ranges
 from engine.match import Match
@@ -441,6 +442,9 @@ class RemoteSource:
     def __init__(self, chan: Channel, plan: LiveArchivedPlan) -> None:
         self.chan = chan
         self.plan = plan
+        self.memo_of: Callable[[], ArchivedMemo | None] = lambda: None
+        """The runner's memo of archived events (:class:`engine.live_archived.memo.ArchivedMemo`): rows it knows
+        are not turned into events again. Set by :func:`child_main` once the worker exists."""
 
     def extract(
         self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, *, key_attr: str | None = None,
@@ -461,7 +465,9 @@ class RemoteSource:
         ).result()
         if data is None:
             return []
-        events = output_to_events(pa.ipc.open_stream(data).read_all())
+        table = pa.ipc.open_stream(data).read_all()
+        memo = self.memo_of() if pattern is self.plan.archived else None
+        events = output_to_events(table) if memo is None else rows_to_events(table, memo)
         return events if keep is None else keep_requested(events, keep, key_attr)
 
     def count(
@@ -474,6 +480,21 @@ class RemoteSource:
     def selectivity(self, query: Any, range: Range) -> float:
         side = "live" if query is self.plan.live else "archived"
         return float(self.chan.request("selectivity", side, range).result())
+
+
+def rows_to_events(table: Any, memo: ArchivedMemo) -> list[Event]:
+    """Output-shaped rows (``archive.schema.output_to_events``'s) as events, in row order: the events ``memo``
+    remembers by ``(type, id, ts_end)`` as they are (consecutive requests of a query bring mostly the same rows,
+    issue 25), the others converted."""
+    from archive.schema import output_to_events
+
+    cols = table.column_names
+    types, ids, starts = (table.column(c).to_pylist() for c in ("type", "id", "ts"))
+    ends = table.column("ts_end").to_pylist() if "ts_end" in cols else starts
+    known = memo.known([(t, i, s if e is None else e) for t, i, s, e in zip(types, ids, starts, ends)])
+    missing = [n for n, e in enumerate(known) if e is None]
+    converted = iter(output_to_events(table.take(missing)) if missing else ())
+    return [next(converted) if e is None else e for e in known]
 
 
 def child_main(conn: Connection, spec: ChildSpec) -> None:
@@ -526,6 +547,7 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
         record=record,
         lateness_us=spec.lateness_us,
     )
+    source.memo_of = lambda: getattr(worker.runner, "archived_memo", None)
     control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-la-control")
     chan.send(("ready",))
     while True:

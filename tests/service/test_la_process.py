@@ -259,3 +259,27 @@ def test_a_query_process_still_merges_the_subwindows_that_close_while_one_is_ans
     finally:
         gate.set()
         lookups.close()
+
+
+def test_rows_a_request_brought_before_become_the_remembered_events() -> None:
+    """A query process turns an answer's rows into events; the rows its memo knows (an earlier request of the query
+    brought them) are the remembered events themselves, the others converted: the same events in row order."""
+    import pyarrow as pa
+
+    from archive.schema import output_to_events
+    from engine.live_archived.memo import ArchivedMemo
+    from service.live.la_process import rows_to_events
+
+    table = pa.table({
+        "id": [1, 2, 3, 4], "type": ["pass"] * 4, "ts": [10, 20, 20, 30], "ts_end": [10, 25, None, 30],
+        "car": [7, 7, 8, None], "at": ["A", "B", "A", "A"],
+    })
+    plain = output_to_events(table)
+    memo = ArchivedMemo()
+    assert [e.id for e in rows_to_events(table, memo)] == [1, 2, 3, 4]  # nothing remembered yet
+    memo.match([plain[0], plain[2]], lambda evs: [], None)  # an earlier request brought rows 1 and 3
+    again = rows_to_events(table, memo)
+    assert again[0] is plain[0] and again[2] is plain[2]
+    assert [(e.id, e.type, e.ts, e.ts_end, e.attrs) for e in again] == [
+        (e.id, e.type, e.ts, e.ts_end, e.attrs) for e in plain
+    ]
