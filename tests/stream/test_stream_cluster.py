@@ -99,15 +99,17 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
 @pytest.mark.spark
 @pytest.mark.slow
 def test_standalone_cluster_equals_lace_match(standalone_cluster, traffic_slice, tmp_path):
-    """``jam_not_cleared`` (a trailing negation: matches released by event-time timers, state across micro-batches)
-    over the traffic slice, run by a ``lace stream`` process whose executors are on the two workers."""
+    """``jam_not_cleared`` (a trailing negation: matches released by event-time timers in the micro-batches after the
+    events', from the keys' states) over the traffic slice, run by a ``lace stream`` process whose executors are on
+    the two workers. The slice is one micro-batch (each costs seconds to tens of seconds on a loaded machine; the
+    local tests cover several)."""
     url, work = standalone_cluster
     query = QUERIES / "jam_not_cleared.lql"
     expected = match_output(query, traffic_slice, tmp_path / "match.jsonl")
     assert expected.count(b"\n") >= 10
     out = tmp_path / "stream.jsonl"
     args = ["stream", "--query", str(query), "--events", str(traffic_slice), "--out", str(out),
-            "--checkpoint", str(tmp_path / "ck"), "--master", url, "--batch-events", "6000"]
+            "--checkpoint", str(tmp_path / "ck"), "--master", url, "--batch-events", "12000"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
