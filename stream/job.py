@@ -28,6 +28,7 @@ import json
 import os
 import pickle
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -134,8 +135,16 @@ def _delta_ready(spark: Any) -> None:
 
 def spark_session(master: str | None) -> Any:
     """The process's SparkSession (:func:`archive.spark.get_spark`) with the streaming settings: RocksDB state
-    store, as many shuffle partitions (state store partitions) as the master has cores, unless ``LACE_SPARK_CONF``
-    sets them; Python workers that import this checkout."""
+    store; as many shuffle partitions (state store partitions) as the master has cores, unless ``LACE_SPARK_CONF``
+    sets ``spark.sql.shuffle.partitions`` (``local[N]``: N; another master, e.g. a standalone cluster's
+    ``spark://HOST:PORT``: ``spark.cores.max`` if set, else the cores of the executors registered once the session
+    is up, :func:`_cluster_cores`); Python workers that import this checkout and run this interpreter.
+
+    The Python workers, the executors' and the driver's own (``transformWithStateInPandas`` starts one in the driver
+    too), run ``PYSPARK_PYTHON`` (default: this interpreter, ``sys.executable``: the same path must hold the same
+    virtual environment on every worker) with this checkout's folder on ``PYTHONPATH`` (the driver's environment and
+    ``spark.executorEnv.PYTHONPATH``, unless ``LACE_SPARK_CONF`` sets it), so they import engine/, stream/ and
+    archive/ (deploy/stream.md)."""
     from archive.spark import SparkSettings, get_spark
 
     settings = SparkSettings.from_env()
@@ -143,14 +152,24 @@ def spark_session(master: str | None) -> Any:
         settings = replace(settings, master=master)
     conf = {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
-        "spark.sql.shuffle.partitions": _cores(settings.master),
+        "spark.executorEnv.PYTHONPATH": str(STREAM_ROOT),
     }
+    local = settings.master.startswith("local")
+    if local:
+        conf["spark.sql.shuffle.partitions"] = _cores(settings.master)
     conf.update(settings.conf)
     settings = replace(settings, app_name="lace-stream", conf=conf)
     path = os.environ.get("PYTHONPATH", "")
     if str(STREAM_ROOT) not in path.split(os.pathsep):  # workers import engine/ and stream/ from this checkout
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(STREAM_ROOT), path) if p)
-    return get_spark(settings, warm=False)
+    # pyspark's default is python3 (not the virtual environment): the driver's Python runner of
+    # transformWithStateInPandas and the executors' workers need pandas, pyarrow and this checkout's packages
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = get_spark(settings, warm=False)
+    if not local and "spark.sql.shuffle.partitions" not in settings.conf:
+        # a runtime setting: read by the stream's first micro-batch (then kept in its checkpoint's offset log)
+        spark.conf.set("spark.sql.shuffle.partitions", str(_cluster_cores(spark)))
+    return spark
 
 
 def _cores(master: str) -> str:
@@ -158,6 +177,27 @@ def _cores(master: str) -> str:
     if master.startswith("local") and inside.isdigit():
         return inside
     return str(os.cpu_count() or 2)
+
+
+def _cluster_cores(spark: Any, wait_s: float = 60.0, settle_s: float = 3.0) -> int:
+    """The cores a cluster gives this application: ``spark.cores.max`` when set; else the executors' cores once
+    the first executor has registered and none more came for ``settle_s`` seconds (at most ``wait_s`` seconds in
+    all; Spark's ``defaultParallelism``: the executors' cores, at least 2, or ``spark.default.parallelism``)."""
+    sc = spark.sparkContext
+    cap = sc.getConf().get("spark.cores.max")
+    if cap and cap.isdigit() and int(cap) > 0:
+        return int(cap)
+    executors = sc._jsc.sc().getExecutorMemoryStatus  # block managers: the driver's and one per executor
+    deadline = time.monotonic() + wait_s
+    seen, since = 1, time.monotonic()
+    while time.monotonic() < deadline:
+        n = int(executors().size())
+        if n != seen:
+            seen, since = n, time.monotonic()
+        elif n > 1 and time.monotonic() - since >= settle_s:
+            break
+        time.sleep(0.5)
+    return max(int(sc.defaultParallelism), 1)
 
 
 def write_source(
