@@ -224,14 +224,16 @@ def post_lines(c: httpx.Client, lines: list[tuple[int, bytes]], batch: int, rate
 
 def wait_la_idle(c: httpx.Client, qid: int, timeout_s: float = 600.0, *, settled: bool = False) -> dict[str, Any]:
     """The query's stats once it has no backlog and no archive request in flight; with ``settled``, also no live
-    instance waiting in an open SLLAA subwindow (the type's idle timeout closes it once the stream is quiet). Without
+    instance waiting in an open SLLAA subwindow (the type's idle timeout closes it once the stream is quiet; an ALAA
+    query's live window waits for event time, so its pending instances are not waited for). Without
     it, ``results`` depends on how many instances the open subwindow held at that moment: two runs over the same data
     then report different counts (5,147 vs 5,153 for one SLLAA query; session 13's "open" difference)."""
     deadline = time.time() + timeout_s
     while True:
         stats = c.get(f"/queries/{qid}").json()["stats"]
         la = stats["live_archived"]
-        busy = la["backlog_events"] or la["requests_in_flight"] or (settled and la["pending_live_instances"])
+        open_subwindow = settled and la["algorithm"] == "sllaa" and la["pending_live_instances"]
+        busy = la["backlog_events"] or la["requests_in_flight"] or open_subwindow
         if not busy or time.time() > deadline:
             return dict(stats)
         time.sleep(0.2)
