@@ -98,6 +98,12 @@ class ALAA(Runner):
     def finish(self) -> list[Match]:
         return self.close(self.watermark + 1)
 
+    def idle(self) -> list[Match]:
+        """The streams are quiet: close the open live window now, as the end of input does (see
+        :meth:`Runner.idle`): its instances are complete and every event up to the watermark is archived (a later
+        one is late), so catching the archive up to the watermark and joining them now gives their results."""
+        return self.close(self.watermark + 1) if self.pending else []
+
     def own_deadline(self) -> int | None:
         """The end of the current live window ``W_L`` (its instances are joined then)."""
         return self.window_end

@@ -213,8 +213,9 @@ class Runner:
 
     def idle(self) -> list[Match]:
         """The query's streams are quiet (idle or ended): close what waits only to batch archive requests (SLLAA's
-        open subwindow; its instances are complete and their access ranges archived, so closing it early changes no
-        result). Never completes a live instance or a window: that needs event time (:meth:`advance`)."""
+        open subwindow, ALAA's live window; their instances are complete and their access ranges archived, so closing
+        early changes no result). Never completes a live instance or a query's window: that needs event time
+        (:meth:`advance`)."""
         return []
 
     def next_deadline(self) -> int | None:

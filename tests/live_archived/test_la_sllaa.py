@@ -127,3 +127,22 @@ def test_deferred_subwindows_merged_into_one_request_give_the_same_results():
     assert pairs(merged.run()) == expected()
     assert runner.counters.archive_requests == requests_before + 1  # one request for three subwindows
     assert pairs([m for w in works for m in w.run()]) == expected()
+
+
+def test_alaa_closes_its_live_window_when_the_streams_are_quiet():
+    """ALAA's live window batches the archive's catch-up, like an SLLAA subwindow: when the streams go quiet
+    (``idle``) its complete instances are joined at once, with the results the end of input would give."""
+    from engine.live_archived.runner import make_runner
+    from engine.live_archived.source import MemoryArchive
+
+    plan = compile_live_archived(QUERY)
+    archive = MemoryArchive()
+    runner = make_runner("alaa", plan, archive)
+    got = []
+    for e in EVENTS:
+        archive.append(e)
+        got += runner.push(e)
+    assert runner.waiting()  # the last live window is open: nothing more comes in event time
+    got += runner.idle()
+    assert pairs(got) == expected() and not runner.waiting()
+    assert runner.flush() == []  # the end of input finds nothing left
