@@ -284,7 +284,10 @@ def live_archived_run(args: argparse.Namespace) -> int:
                 before = {q: wait_la_idle(c, q)["live_archived"] for q in ids}
                 reads_before = _archive_reads(c)
                 rx.received.clear()
+                assert svc.proc is not None
+                cpu_before = process_cpu(svc.proc.pid)
                 wall = post_lines(c, paced, args.batch, rate=args.rate)
+                cpu_paced = _cpu_since(cpu_before, svc.proc.pid)
                 backlog_s = max(c.get(f"/queries/{q}").json()["stats"]["live_archived"]["backlog_s"] for q in ids)
                 stats = {q: wait_la_idle(c, q, settled=True) for q in ids}
                 time.sleep(3)  # the last deliveries
@@ -317,14 +320,18 @@ def live_archived_run(args: argparse.Namespace) -> int:
                     "close_to_commit_p99_ms_worst_query": worst,
                     "commit_to_webhook_p99_ms": round(p99_dispatch, 1),
                     "close_to_webhook_p99_bound_ms": round(worst + p99_dispatch, 1),
+                    "cpu_s_while_posting": cpu_paced,
+                    "cpu_s_to_caught_up": _cpu_since(cpu_before, svc.proc.pid),
                     "load": _load(),
                 }
                 result["per_query"] = per_query
                 result["query_stats"] = stats
                 print(json.dumps({k: v for k, v in result.items() if k != "query_stats"}), flush=True)
+                cpu_before = process_cpu(svc.proc.pid)
                 wall = post_lines(c, fast, args.batch)
                 result["ingest_with_queries"] = {
-                    "queries": len(ids), "events": len(fast), "events_per_s": round(len(fast) / wall), "load": _load()
+                    "queries": len(ids), "events": len(fast), "events_per_s": round(len(fast) / wall), "load": _load(),
+                    "cpu_s_while_posting": _cpu_since(cpu_before, svc.proc.pid),
                 }
         finally:
             svc.stop(timeout_s=120)
@@ -346,6 +353,40 @@ def _archive_reads(c: httpx.Client) -> tuple[float, float]:
         for line in c.get("/metrics").text.splitlines() if line.startswith("lace_archive_read")
     }
     return values.get("lace_archive_reads", 0.0), values.get("lace_archive_read_requests", 0.0)
+
+
+def process_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system, from ``/proc``) so far of the ``lace serve`` process ``root`` (``service``), its
+    live-and-archived query processes (``query_processes``, summed) and its Spark JVM (``jvm``). Linux only."""
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu(pid: int) -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    def children(pid: int) -> list[int]:
+        out: list[int] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            kids = (task / "children").read_text().split()
+            out += [int(k) for k in kids]
+        return out
+
+    totals = {"service": cpu(root), "query_processes": 0.0, "jvm": 0.0}
+    for kid in children(root):
+        try:
+            cmd = Path(f"/proc/{kid}/cmdline").read_bytes()
+            if b"java" in cmd.split(b"\0")[0]:
+                totals["jvm"] += cpu(kid)
+            elif b"spawn_main" in cmd:
+                totals["query_processes"] += cpu(kid)
+        except OSError:
+            continue  # gone meanwhile
+    return totals
+
+
+def _cpu_since(before: dict[str, float], root: int) -> dict[str, float]:
+    after = process_cpu(root)
+    return {k: round(after[k] - before[k], 1) for k in after}
 
 
 def _load() -> str:
