@@ -367,8 +367,10 @@ def process_cpu(root: int) -> dict[str, float]:
     def children(pid: int) -> list[int]:
         out: list[int] = []
         for task in Path(f"/proc/{pid}/task").iterdir():
-            kids = (task / "children").read_text().split()
-            out += [int(k) for k in kids]
+            try:
+                out += [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue  # the thread ended meanwhile
         return out
 
     totals = {"service": cpu(root), "query_processes": 0.0, "jvm": 0.0}
