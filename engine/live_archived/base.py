@@ -371,25 +371,17 @@ class Runner:
             live_events = inst.match.events
             wanted = [e.live(live_events, _NONE, None) for e in equi]
             hopeless = any(v is None for v in wanted)
-            values = self._equi_values
-            for j in candidates:
-                if not qualifies(start, j):
+        for j in candidates:
+            if not qualifies(start, j):
+                continue
+            tried += 1
+            if equi:
+                if hopeless or not all(g is not None and bool(w == g) for w, g in zip(wanted, self._equi_values(j))):
                     continue
-                tried += 1
-                if hopeless:
-                    continue
-                got = values(j)
-                if all(g is not None and bool(w == g) for w, g in zip(wanted, got)) and joins(
-                    inst.match, j, same_key=True, equi_checked=True
-                ):
+                if joins(inst.match, j, same_key=True, equi_checked=True):
                     joined.append(j)
-        else:
-            for j in candidates:
-                if not qualifies(start, j):
-                    continue
-                tried += 1
-                if joins(inst.match, j, same_key=keyed):
-                    joined.append(j)
+            elif joins(inst.match, j, same_key=keyed):
+                joined.append(j)
         self.counters.join_pairs_tried += tried
         if not joined:
             return
