@@ -90,6 +90,23 @@ def _position(ref: AttrRef) -> int:
     raise QueryError.at(ref.pos, f"{ref.var}[i] is only allowed in WHERE")  # the checks reject it first
 
 
+def _equality_sides(part: Expr, live_ok: frozenset[str], archived_ok: frozenset[str]) -> tuple[Expr, Expr] | None:
+    """``(live side, archived side)`` of a JOIN conjunct ``x = y`` whose one side reads only variables of
+    ``live_ok`` and the other only variables of ``archived_ok`` (no aggregate; the two sides' variables never share
+    a name), else None."""
+    if not isinstance(part, Compare) or part.op != "=":
+        return None
+    for live_side, other in ((part.left, part.right), (part.right, part.left)):
+        lrefs, orefs = variable_refs(live_side), variable_refs(other)
+        if (
+            lrefs and orefs
+            and all(isinstance(r, AttrRef) and r.var in live_ok for r in lrefs)
+            and all(isinstance(r, AttrRef) and r.var in archived_ok for r in orefs)
+        ):
+            return live_side, other
+    return None
+
+
 def _resolver(live_vars: frozenset[str]) -> Callable[[AttrRef | Aggregate], Fn]:
     """Resolve references for ``f(live_events, archived_events, None)``; unbound or out of range -> None."""
 
@@ -280,7 +297,7 @@ class LiveArchivedPlan:
         ]
         # with a key plan every candidate shares the instance's key: its equality need not be re-checked
         self.join_same_key = [c for c in self.join if self.key is None or c.expr is not self.key.expr]
-        self.join_equi, self.join_rest = self._split_equi(self.join_same_key, resolve, bound)
+        self.join_equi, self.join_rest = self._split_equi(self.join_same_key, resolve)
         """With a key plan: the equalities of :attr:`join_same_key` evaluated apart (:class:`EquiJoin`), and its
         other conjuncts (:meth:`joins` with ``equi_checked``)."""
         self.archived_types = tuple(sorted(self.archived.types))
@@ -290,29 +307,18 @@ class LiveArchivedPlan:
     # ---------------------------------------------------------------- keys
 
     def _split_equi(
-        self, conjuncts: list[JoinConjunct], resolve: Callable[[AttrRef | Aggregate], Fn], bound: frozenset[str]
+        self, conjuncts: list[JoinConjunct], resolve: Callable[[AttrRef | Aggregate], Fn]
     ) -> tuple[list[EquiJoin], list[JoinConjunct]]:
+        live_ok, archived_ok = mandatory_vars(self.live), mandatory_vars(self.archived)
         equi: list[EquiJoin] = []
         rest: list[JoinConjunct] = []
         for c in conjuncts:
-            part = c.expr
-            sides = None
-            if isinstance(part, Compare) and part.op == "=" and not c.needs and not c.optional:
-                for live_side, other in ((part.left, part.right), (part.right, part.left)):
-                    lrefs, orefs = variable_refs(live_side), variable_refs(other)
-                    if (
-                        lrefs and orefs
-                        and all(isinstance(r, AttrRef) and r.var in self.live_vars and r.var in bound for r in lrefs)
-                        and all(isinstance(r, AttrRef) and r.var not in self.live_vars and r.var in bound
-                                for r in orefs)
-                    ):
-                        sides = (live_side, other)
-                        break
+            sides = None if c.needs else _equality_sides(c.expr, live_ok, archived_ok)
             if sides is None:
                 rest.append(c)
             else:
                 equi.append(EquiJoin(compile_value(sides[0], resolve), compile_value(sides[1], resolve),
-                                     expr_text(part)))
+                                     expr_text(c.expr)))
         return equi, rest
 
     def _key_plan(
@@ -323,18 +329,14 @@ class LiveArchivedPlan:
         live_ok, archived_ok = mandatory_vars(self.live), mandatory_vars(self.archived)
         found: list[KeyPlan] = []
         for part in _conjuncts(join):
-            if not isinstance(part, Compare) or part.op != "=":
+            sides = _equality_sides(part, live_ok, archived_ok)
+            if sides is None:
                 continue
-            for live_side, other in ((part.left, part.right), (part.right, part.left)):
-                if not (isinstance(other, AttrRef) and other.var in archived_ok):
-                    continue
-                if other.attr not in self.archived.partition_by:
-                    continue
-                refs = variable_refs(live_side)
-                if not refs or any(isinstance(r, Aggregate) or r.var not in live_ok for r in refs):
-                    continue
-                live_attr = live_side.attr if isinstance(live_side, AttrRef) else None
-                found.append(KeyPlan(other.attr, compile_value(live_side, resolve), expr_text(part), live_attr, part))
+            live_side, other = sides
+            if not (isinstance(other, AttrRef) and other.attr in self.archived.partition_by):
+                continue
+            live_attr = live_side.attr if isinstance(live_side, AttrRef) else None
+            found.append(KeyPlan(other.attr, compile_value(live_side, resolve), expr_text(part), live_attr, part))
         if not found:
             return None
         return next((k for k in found if k.attr == hint), found[0])
