@@ -70,10 +70,7 @@ class Results:
             alerts, deliveries = record_alerts(session, found, now_us=now_us())
         lq = self.queries.get(query_id)
         self.metrics.matches.labels(lq.name if lq else str(query_id)).inc(len(found))
-        self.metrics.alerts.inc(alerts)
-        self.metrics.alerts_duplicate.inc(len(found) - alerts)
-        if (alerts or deliveries) and self.on_deliveries is not None:
-            self.on_deliveries()
+        self._committed(len(found), alerts, deliveries)
 
     def import_docs(self, query_id: int, version: int, docs: list[dict[str, Any]]) -> int:
         """Commit matches found elsewhere (``lace stream``'s, as their JSON objects ``Match.to_json()``) as alerts
@@ -94,11 +91,16 @@ class Results:
             alerts, deliveries = record_alert_rows(session, rows, now_us=t)
             crash_point("results.import.before_commit")
         crash_point("results.import.after_commit")
-        self.metrics.alerts.inc(alerts)
-        self.metrics.alerts_duplicate.inc(len(docs) - alerts)
-        if (alerts or deliveries) and self.on_deliveries is not None:
-            self.on_deliveries()
+        self._committed(len(docs), alerts, deliveries)
         return alerts
+
+    def _committed(self, results: int, alerts: int, deliveries: int) -> None:
+        """After a transaction that recorded ``results``: count the new ``alerts`` and the duplicates, and wake the
+        webhook dispatcher when alerts or deliveries were written."""
+        self.metrics.alerts.inc(alerts)
+        self.metrics.alerts_duplicate.inc(results - alerts)
+        if (alerts or deliveries) and self.on_deliveries is not None:  # rowcount of INSERT..SELECT is not portable
+            self.on_deliveries()
 
     def save(self, found: list[Found]) -> int:
         """Record alerts + outbox in one transaction; keep them for the next try if the database fails. Returns
@@ -119,10 +121,7 @@ class Results:
             log.exception("recording %d alerts failed; retried with the next batch", len(batch))
             return 0
         self._unsaved = []
-        self.metrics.alerts.inc(alerts)
-        self.metrics.alerts_duplicate.inc(len(batch) - alerts)
-        if (alerts or deliveries) and self.on_deliveries is not None:  # rowcount of INSERT..SELECT is not portable
-            self.on_deliveries()
+        self._committed(len(batch), alerts, deliveries)
         return alerts
 
     @property
