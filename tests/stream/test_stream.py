@@ -110,6 +110,25 @@ def test_refused_statement_is_one_error_line(tmp_path, text, reason):
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def kill9_when(args: list[str], marker: Path, what: str, poll_s: float = 0.1, timeout_s: float = 240.0) -> int:
+    """Run ``lace *args`` as a process of its own session (Python and its JVM), SIGKILL the whole group as soon as
+    ``marker`` exists (``what`` it means, for the failure message); returns the process's exit code. Fails when the
+    process ends first or ``marker`` does not appear within ``timeout_s``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not marker.exists():
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, f"not {what} in {timeout_s:.0f} s"
+            time.sleep(poll_s)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return proc.returncode
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_kill9_mid_stream_then_restart_gives_the_same_output(stream_spark, traffic_slice, tmp_path):
@@ -123,18 +142,7 @@ def test_kill9_mid_stream_then_restart_gives_the_same_output(stream_spark, traff
         "stream", "--query", str(query), "--events", str(traffic_slice), "--out", str(out), "--checkpoint", str(ck),
         "--master", "local[2]", "--batch-events", "4000",
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 240
-        while not (ck / "stream" / "commits" / "0").exists():  # one micro-batch committed, more to come
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "no micro-batch committed in 240 s"
-            time.sleep(0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    kill9_when(args, ck / "stream" / "commits" / "0", "a micro-batch committed")  # more to come
     assert not out.exists()  # stopped before the end
     assert not (ck / "stream" / "commits" / "3").exists()
 

@@ -3,17 +3,14 @@ as the source; the matches equal ``lace match``'s over the same events, and a re
 what was archived since."""
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
+from tests.stream.test_stream import kill9_when
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "cli" / "demo_data"
@@ -258,19 +255,8 @@ def test_kill9_mid_stream_with_archive_then_restart_gives_the_same_output(stream
     out.unlink()
 
     assert archive(root, both, skip=1_500) == 1_500
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", *lace_stream], cwd=REPO, env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 240
-        while not (sink_log / f"{2:020d}.json").exists():  # batch 2's matches in the results table
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "batch 2 not written to the results table in 240 s"
-            time.sleep(0.01)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    code = kill9_when(lace_stream, sink_log / f"{2:020d}.json", "batch 2 written to the results table", poll_s=0.01)
+    assert code == -signal.SIGKILL
     assert not out.exists()  # killed before the end: no OUT
     assert not (commits / "3").exists()  # nor batch 3 committed
 
