@@ -29,7 +29,8 @@ SQLite connections and threads). What stays in the service process:
   thread, which retries as before. The scheduler still bounds the real reads (``LACE_LA_LOOKUP_WORKERS``).
 - **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
   ``record`` message and waits for the answer: the service commits them with their outbox rows in
-  one transaction (:meth:`service.live.results.Results.record`, de-duplicated by (query, event ids)) before
+  one transaction, shared with the other queries' results waiting then (:meth:`service.live.results.Results.submit`,
+  a group commit; de-duplicated by (query, event ids)) before
   the child forgets the request, so ``resume_from_us`` never passes an uncommitted result and a
   SIGKILL loses nothing (the restart replays from there; duplicates are dropped).
 
@@ -207,8 +208,9 @@ class ProcessWorker:
     scheduler : ArchiveScheduler
         Where ``extract`` requests go: one read answers the waiting requests of every query
         (:mod:`service.live.archive_scheduler`, issue 25).
-    record : callable
-        ``record(query_id, matches)``: commits results (alerts + outbox); raises when it cannot.
+    submit : callable
+        ``submit(query_id, matches) -> Future``: queues results to be committed (alerts + outbox,
+        :meth:`service.live.results.Results.submit`); the future is done once they are committed, or fails.
     """
 
     def __init__(
@@ -219,7 +221,7 @@ class ProcessWorker:
         source: Any,
         spark_pool: ThreadPoolExecutor,
         scheduler: ArchiveScheduler,
-        record: Callable[[int, list[Any]], None],
+        submit: Callable[[int, list[Any]], Future[None]],
     ) -> None:
         self.query_id = spec.query_id
         self.name = spec.name
@@ -230,7 +232,7 @@ class ProcessWorker:
         self.source = source
         self.spark_pool = spark_pool
         self.scheduler = scheduler
-        self.record = record
+        self.submit = submit
         self.stopped = False
         self.unsent = 0
         self.sent = 0
@@ -382,8 +384,7 @@ class ProcessWorker:
             elif kind == "rpc":
                 _, rid, what, args = msg
                 if what == "record":  # not on the Spark pool: a commit never waits behind a Spark job
-                    answer = functools.partial(self._record, *args)
-                    threading.Thread(target=chan.reply, args=(rid, answer), daemon=True).start()
+                    self._record(rid, *args)
                 elif what == "extract":  # to the shared scheduler: read together with other queries' requests
                     self._extract(rid, *args)
                 else:
@@ -393,9 +394,11 @@ class ProcessWorker:
                 if fn is not None:  # on a thread of its own: fn may ask the child for its stats
                     threading.Thread(target=fn, daemon=True).start()
 
-    def _record(self, docs: list[dict[str, Any]]) -> int:
-        self.record(self.query_id, [JsonMatch(d) for d in docs])
-        return len(docs)
+    def _record(self, rid: int, docs: list[dict[str, Any]]) -> None:
+        """Queue the child's results (request ``rid``) for the group commit; answered (the number of results, or
+        the error) once they are committed."""
+        done = self.submit(self.query_id, [JsonMatch(d) for d in docs])
+        done.add_done_callback(lambda f: self.chan.reply(rid, lambda: (f.result(), len(docs))[1]))
 
     def _extract(
         self, rid: int, types: list[str], keys: list[Any] | None, ranges: Any, key_attr: str | None, archived: bool

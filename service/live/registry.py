@@ -154,7 +154,7 @@ class StatementRegistry:
                     mergeable_in_flight=rt.lookups.pool._max_workers, log_level=logging.getLogger().level,
                 ),
                 plan=compiled, source=source, spark_pool=rt.lookups.pool, scheduler=rt.scheduler,
-                record=rt.results.record,
+                submit=rt.results.submit,
             )
         return LiveArchivedWorker(
             query_id=query_id,

@@ -3,15 +3,19 @@
 
 The runtime's rule graph hands its results to :meth:`Results.save` (ingest, ticks, the end of a stream, the restart
 replay, ``state=warm``); a live-and-archived worker (a thread or a process of its own) commits its results as it
-finds them with :meth:`Results.record`. Both go through :func:`service.live.outbox.record_alerts`, which
+finds them with :meth:`Results.record` (group commit: the submissions waiting at one moment share a
+transaction). Both go through :func:`service.live.outbox.record_alerts`, which
 de-duplicates by (query, event ids), so a result recorded twice (a replay, a retry) alerts once. A failed
 transaction keeps the rule graph's batch in memory and tries it again with the next one (:attr:`Results.recorded`
 says whether anything waits: a checkpoint then does not claim those results recorded).
 """
 from __future__ import annotations
 
+import collections
 import logging
+import threading
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -24,6 +28,10 @@ from service.live.live_query import LiveQuery
 from service.live.outbox import Found, doc_values, record_alert_rows, record_alerts
 
 log = logging.getLogger(__name__)
+
+GROUP_MATCHES = 20_000
+"""The most live-and-archived results one group-commit transaction takes (:meth:`Results.submit`); a larger
+submission is committed alone."""
 
 
 class Results:
@@ -52,9 +60,15 @@ class Results:
         self.on_deliveries: Callable[[], None] | None = None
         """Called after a transaction that wrote alerts or outbox rows (the webhook dispatcher's wake-up)."""
         self._unsaved: list[Found] = []
+        self._group: collections.deque[tuple[int, list[Match], Future[None]]] = collections.deque()
+        self._group_lock = threading.Lock()
+        self._group_ready = threading.Condition(self._group_lock)
+        self._committer: threading.Thread | None = None
 
     def record(self, query_id: int, matches: list[Match]) -> None:
-        """Commit a live-and-archived query's results: alerts + outbox in one transaction (any thread).
+        """Commit a live-and-archived query's results: alerts + outbox, committed before this returns (any thread).
+
+        The calls waiting at one moment share one transaction (:meth:`submit`).
 
         Raises
         ------
@@ -62,15 +76,67 @@ class Results:
             When the database cannot take them (the worker retries). A deleted query's results
             are dropped.
         """
-        if query_id not in self.queries:
-            return
-        lq = self.queries.get(query_id)
-        found = [Found(query_id, m, lq.version if lq else None) for m in matches]
-        with transaction(self.sessions) as session:
-            alerts, deliveries = record_alerts(session, found, now_us=now_us())
-        lq = self.queries.get(query_id)
-        self.metrics.matches.labels(lq.name if lq else str(query_id)).inc(len(found))
-        self._committed(len(found), alerts, deliveries)
+        self.submit(query_id, matches).result()
+
+    def submit(self, query_id: int, matches: list[Match]) -> Future[None]:
+        """Queue a live-and-archived query's results for the committer; the future is done when they are
+        committed (alerts + outbox rows), or fails with the database's exception (nothing of them recorded).
+
+        Group commit: the committer thread takes every submission waiting when it is free and commits them in
+        one transaction (at most :data:`GROUP_MATCHES` matches), so ten queries answering requests at once cost
+        one commit (one fsync on SQLite), not ten queued behind the write gate. When a shared transaction fails,
+        each submission is tried alone, so one bad submission (its query deleted meanwhile) fails only itself.
+        """
+        fut: Future[None] = Future()
+        with self._group_lock:
+            self._group.append((query_id, matches, fut))
+            if self._committer is None:
+                self._committer = threading.Thread(target=self._commit_loop, name="lace-results", daemon=True)
+                self._committer.start()
+            self._group_ready.notify()
+        return fut
+
+    def _commit_loop(self) -> None:
+        while True:
+            with self._group_lock:
+                while not self._group:
+                    self._group_ready.wait()
+                taken: list[tuple[int, list[Match], Future[None]]] = []
+                size = 0
+                while self._group and (not taken or size + len(self._group[0][1]) <= GROUP_MATCHES):
+                    size += len(self._group[0][1])
+                    taken.append(self._group.popleft())
+            try:
+                self._commit_group(taken)
+            except Exception as e:  # noqa: BLE001 - each submission alone: only the one that cannot commit fails
+                if len(taken) == 1:
+                    taken[0][2].set_exception(e)
+                    continue
+                log.debug("a shared results transaction failed; each submission alone", exc_info=True)
+                for item in taken:
+                    try:
+                        self._commit_group([item])
+                    except Exception as e:  # noqa: BLE001 - its worker retries
+                        item[2].set_exception(e)
+
+    def _commit_group(self, taken: list[tuple[int, list[Match], Future[None]]]) -> None:
+        """One transaction for the submissions ``taken``; their futures done after the commit."""
+        found: list[Found] = []
+        counted: list[tuple[str, int]] = []
+        for query_id, matches, _ in taken:
+            lq = self.queries.get(query_id)
+            if lq is None:  # deleted: its results are dropped
+                continue
+            found += [Found(query_id, m, lq.version) for m in matches]
+            counted.append((lq.name, len(matches)))
+        if found:
+            with transaction(self.sessions) as session:
+                alerts, deliveries = record_alerts(session, found, now_us=now_us())
+            for name, n in counted:
+                self.metrics.matches.labels(name).inc(n)
+            self._committed(len(found), alerts, deliveries)
+        for _, _, fut in taken:
+            fut.set_result(None)
 
     def import_docs(self, query_id: int, version: int, docs: list[dict[str, Any]]) -> int:
         """Commit matches found elsewhere (``lace stream``'s, as their JSON objects ``Match.to_json()``) as alerts

@@ -4,7 +4,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from engine.detector import compile
@@ -22,6 +22,13 @@ JOIN p.car = q.car
 """
 
 
+def _done(_: Any = None) -> Future[None]:
+    """A committed submission (what :meth:`service.live.results.Results.submit` gives once it committed)."""
+    fut: Future[None] = Future()
+    fut.set_result(None)
+    return fut
+
+
 def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
     """Right after a (re)start the child is still spawning; the events already piped to it are not processed.
     Its stats must not read as idle then (they did: the piped events left the service's count, and the child's
@@ -35,7 +42,7 @@ def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
     pool = ThreadPoolExecutor(max_workers=1)
     worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool,
                            scheduler=ArchiveScheduler(MemoryArchive(), 1),  # type: ignore[arg-type]
-                           record=lambda q, m: None)
+                           submit=lambda q, m: _done())
     try:
         events = [Event(i, "pass", i * 1_000_000, {"car": i, "at": "C"}) for i in range(1, 51)]
         worker.offer(events, None)
@@ -90,7 +97,7 @@ def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
     pool = ThreadPoolExecutor(max_workers=1)
     scheduler = ArchiveScheduler(source, 1)
     worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool, scheduler=scheduler,
-                           record=lambda q, m: found.extend(m))
+                           submit=lambda q, m: _done(found.extend(m)))
     try:
         worker.offer([Event(2, "pass", 2_000_000, {"car": 7, "at": "B"})], 3_000_000)
         deadline = time.monotonic() + 60
@@ -153,7 +160,7 @@ def _llaa_worker(source: GatedSource, in_flight: int, found: list) -> tuple[Proc
     pool = ThreadPoolExecutor(max_workers=1)
     scheduler = ArchiveScheduler(source, 1)
     worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool, scheduler=scheduler,
-                           record=lambda q, m: found.extend(m))
+                           submit=lambda q, m: _done(found.extend(m)))
     return worker, scheduler, pool
 
 
