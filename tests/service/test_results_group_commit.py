@@ -65,7 +65,6 @@ class Setup:
             return dict(s.execute(select(AlertRow.query_id, func.count()).group_by(AlertRow.query_id)).all())
 
 
-@pytest.mark.parametrize("database_kind", ["sqlite", "postgresql"], indirect=True)
 def test_submissions_waiting_behind_a_commit_share_one_transaction(fresh_db: Database) -> None:
     """200 submissions from 8 threads while a commit is held: one more transaction takes them all; each match is
     one alert (a match submitted twice, by two submissions of one group, too); every future is done."""
@@ -98,7 +97,6 @@ def test_submissions_waiting_behind_a_commit_share_one_transaction(fresh_db: Dat
     assert s.alerts() == {1: 1 + 4 * 25 * 2, 2: 4 * 25 * 2}
 
 
-@pytest.mark.parametrize("database_kind", ["sqlite", "postgresql"], indirect=True)
 def test_a_submission_that_cannot_commit_fails_alone(fresh_db: Database) -> None:
     """Query 99 has no row (deleted in the database, still running here): its submission fails with the
     database's error; the submissions of the same group are committed."""

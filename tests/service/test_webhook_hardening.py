@@ -383,3 +383,32 @@ def test_sigkill_right_after_a_2xx(fresh_db: Database, tmp_path: Path, t0: int) 
     assert set(keys) == {d["idempotency_key"] for d in ds}
     # with one request in flight, at most the one answered just before the kill comes again
     assert sum(keys.values()) - n <= 1, keys
+
+
+@pytest.mark.parametrize("database_kind", ["sqlite"], indirect=True)
+def test_deliveries_go_through_the_proxy_of_http_proxy_and_not_for_no_proxy(fresh_db: Database, tmp_path: Path):
+    """``HTTP_PROXY`` in the service's environment: a webhook's delivery goes to that proxy (the request for
+    ``http://localhost:<port>/hook`` arrives at the proxy, nothing listens on that port), a host in ``NO_PROXY``
+    is sent to directly. The dispatcher reads the proxy once per host (``env_proxy``), not per request."""
+    from cli.webhook_receiver import free_port
+
+    proxy, direct = Receiver(), Receiver()
+    proxy.start()
+    direct.start()
+    svc = make_service(fresh_db, tmp_path / "data")
+    svc.env.update(HTTP_PROXY=f"http://127.0.0.1:{proxy.port}", NO_PROXY="127.0.0.1")
+    svc.start()
+    try:
+        nowhere = free_port()
+        with svc.client() as c:
+            t, qid, _, _ = setup_hook(c, f"http://localhost:{nowhere}/hook")
+            assert c.post("/webhooks", json={"query_id": qid, "url": direct.url}).status_code == 201
+            post(c, [ev(t, 1_000, "IBM", 100.0), ev(t, 2_000, "IBM", 80.0)])
+            got, straight = proxy.wait_for(1), direct.wait_for(1)
+        assert [r["headers"]["host"] for r in got] == [f"localhost:{nowhere}"]
+        assert [r["headers"]["host"] for r in straight] == [f"127.0.0.1:{direct.port}"]  # NO_PROXY: not proxied
+        assert [len(proxy.received), len(direct.received)] == [1, 1]
+    finally:
+        svc.stop()
+        proxy.stop()
+        direct.stop()
