@@ -95,6 +95,18 @@ for line in text.splitlines():
 assert not missing, missing
 EOF
 
+run "the Dockerfile copies every package pyproject.toml installs (lace's entry point is cli.main)" "$py" - \
+    "$here/Dockerfile" "$root/pyproject.toml" <<'EOF'
+import re, sys, tomllib
+from pathlib import Path
+text = Path(sys.argv[1]).read_text()
+include = tomllib.loads(Path(sys.argv[2]).read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+packages = [p.rstrip("*") for p in include]
+copied = set(re.findall(r"^COPY (\S+) /opt/lace/src/\1$", text, re.M))
+missing = [p for p in packages if p not in copied]
+assert not missing, f"not copied into the image: {missing}"
+EOF
+
 run "every build argument of the compose file is an ARG of the Dockerfile" "$py" - "$here/Dockerfile" \
     "$here/docker-compose.yml" <<'EOF'
 import re, sys, yaml
@@ -110,7 +122,8 @@ import re, sys
 from pathlib import Path
 from service.core.config import Settings
 read = {f"LACE_{name.upper()}" for name in Settings.model_fields}
-read |= set(re.findall(r'env\.get\("(LACE_[A-Z0-9_]+)"', Path("archive/spark.py").read_text()))
+for source in Path("archive").glob("*.py"):  # the archive's own settings, read where Spark starts or reads
+    read |= set(re.findall(r'env\.get\("(LACE_[A-Z0-9_]+)"', source.read_text()))
 read.add("LACE_ENV_FILE")
 documented = set(re.findall(r"^#?(LACE_[A-Z0-9_]+)=", Path(sys.argv[1]).read_text(), re.M))
 assert read - documented == set(), f"not documented: {sorted(read - documented)}"
