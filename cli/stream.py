@@ -1,5 +1,6 @@
 """``lace stream``: a live-only statement over an event file, or over the archive's Delta events tables, detected
-by Spark Structured Streaming (issue 26).
+by Spark Structured Streaming (issue 26); or a live-and-archived statement over an event file, the file's events
+being both the live stream and the archive, as ``lace replay`` plays them (OUT then as ``lace replay --out``).
 
 Reads the query and the event file as ``lace match`` does and writes OUT with the same writer, so the two outputs
 compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). With ``--archive ROOT`` instead of
@@ -27,7 +28,9 @@ if TYPE_CHECKING:
 
 @app.command()
 def stream(
-    query: Annotated[Path, typer.Option("--query", "-q", help="LQL file of one live-only pattern statement.")],
+    query: Annotated[
+        Path, typer.Option("--query", "-q", help="LQL file of one statement (live-and-archived: --events only).")
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Write matches here (as `lace match --out`).")],
     events: Annotated[
         Path | None, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
@@ -76,11 +79,14 @@ def stream(
     ] = False,
 ) -> None:
     """Run a live-only statement over an event file or the archive on Spark Structured Streaming; OUT as
-    `lace match` writes it.
+    `lace match` writes it. A live-and-archived statement runs over an event file (the file is also the archive,
+    as with `lace replay`); OUT as `lace replay --out` writes it.
 
     The events go through a Delta table read by readStream (with --archive: the archive's tables of the statement's
     event types), keyed by PARTITION BY; the engine's matcher runs per key in transformWithStateInPandas (RocksDB
-    state store, event-time timers, the lateness as the watermark). With --archive and --checkpoint, a rerun reads
+    state store, event-time timers, the lateness as the watermark). A live-and-archived statement's live
+    instances of each micro-batch are joined with the archived side by a Spark join over the same Delta table.
+    With --archive and --checkpoint, a rerun reads
     only what was archived since and writes the matches of all events read so far. With --deliver and
     --query-id, OUT's matches then go to the service (POST /queries/{id}/results): the new ones become the
     statement's alerts, delivered to its webhooks; the ones it already alerted are not delivered again. With
@@ -111,7 +117,8 @@ def stream(
 
     from engine.compiler import compile_query
     from engine.io import EventFileError, open_event_file
-    from engine.lql.ast import PatternQuery
+    from engine.live_archived.plan import compile_live_archived
+    from engine.lql.ast import LiveArchivedQuery, PatternQuery
     from engine.lql.errors import QueryError
     from engine.lql.parser import parse_script
     from engine.match_files import MatchWriter
@@ -124,13 +131,20 @@ def stream(
     if not trees:
         fail(f"{query}: no statement")
     compiled = None
-    reason = refusal(trees)
+    plan = None
+    reason = refusal(trees, archive=archive is not None)
     if reason is None:
         try:
-            compiled = compile_query(cast(PatternQuery, trees[0]), strategy=strategy.value if strategy else None)
+            if isinstance(trees[0], LiveArchivedQuery):
+                if strategy is not None:
+                    fail("--strategy is not an option of a live-and-archived statement (as with lace replay)")
+                plan = compile_live_archived(trees[0])
+                compiled = plan.live
+            else:
+                compiled = compile_query(cast(PatternQuery, trees[0]), strategy=strategy.value if strategy else None)
         except QueryError as e:
             fail(f"{query}:{e.line}:{e.column}: {e.reason}")
-        reason = refusal(trees, compiled)
+        reason = refusal(trees, compiled, archive=archive is not None)
     if reason is not None or compiled is None:
         tree = trees[0]
         name = getattr(tree, "name", None) or "statement_1"
@@ -170,10 +184,11 @@ def stream(
             if n_late <= MAX_LATE_REPORTS:
                 warn(f"{events} {source.where(position)}: {reason}")
 
-        accepted = accepted_events(source.events(), compiled, lateness_us, on_late)
+        types = plan.stream_types if plan is not None else None
+        accepted = accepted_events(source.events(), compiled, lateness_us, on_late, types)
     job = StreamJob(
         text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
-        master=master, batch_events=batch_events, checkpoint=checkpoint, archive=archive,
+        master=master, batch_events=batch_events, checkpoint=checkpoint, archive=archive, plan=plan,
     )
     try:
         found = list(run(job, accepted))

@@ -17,6 +17,14 @@
 With a checkpoint folder the source, the results and Spark's checkpoint live in it: a driver killed mid-stream
 and started again with the same folder goes on from its last committed micro-batch and writes the same OUT.
 
+A live-and-archived statement (``job.plan``; file mode only) runs its live pattern in step 2, which then gives the
+completed live instances; the source table is also the archive (every event before an instance's start is in it, as
+``lace replay`` archives each event before the live side sees it). Step 3's ``foreachBatch`` joins each micro-batch's
+instances with the archived side (:func:`_archive_join`): the source table read by Spark over the instances' access
+ranges, grouped by archive key with the instances (``cogroup``), and per key the engine's own join
+(:func:`stream.processor.join_group`); the results, not the instances, go to the results table, and OUT is written in
+``lace replay``'s order (each instance's results together, instances in the live matcher's order).
+
 The archive mode (``job.archive``, :mod:`stream.archive_source`) skips step 1: the archive's Delta events tables are
 the source, and a bounded run ends without a marker (the tail of the keys' states, flushed outside the stream).
 
@@ -33,12 +41,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from engine.compiler import CompiledQuery
 from engine.events import Event
+from engine.live_archived.plan import LiveArchivedPlan
 from engine.matcher import Matcher
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -67,9 +77,10 @@ class StreamJob:
     Parameters
     ----------
     text : str
-        The statement's LQL text (one live-only pattern statement, already checked by :mod:`stream.statements`).
+        The statement's LQL text (one statement, already checked by :mod:`stream.statements`).
     query : CompiledQuery
-        It, compiled in the driver (for its types, key, window and plans' layouts).
+        It, compiled in the driver (for its types, key, window and plans' layouts); of a live-and-archived statement,
+        its live pattern (``plan.live``).
     strategy : str, optional
         ``--strategy`` override.
     lateness_us : int
@@ -83,6 +94,8 @@ class StreamJob:
     archive : Path, optional
         Archive root: read the statement's types from its Delta tables ``<archive>/<type>`` instead of a source
         written from a file (``batch_events`` then unused).
+    plan : LiveArchivedPlan, optional
+        The statement compiled as a live-and-archived plan (``query`` is then ``plan.live``); None: live-only.
     """
 
     text: str
@@ -93,17 +106,20 @@ class StreamJob:
     batch_events: int = 50_000
     checkpoint: Path | None = None
     archive: Path | None = None
+    plan: LiveArchivedPlan | None = None
 
 
 def accepted_events(
-    events: Iterator[Event], query: CompiledQuery, lateness_us: int, on_late: Callable[[int, str], None]
+    events: Iterator[Event], query: CompiledQuery, lateness_us: int, on_late: Callable[[int, str], None],
+    types: frozenset[str] | None = None,
 ) -> Iterator[Event]:
-    """The events of ``query``'s types that ``lace match`` (one :class:`~engine.matcher.Matcher`, allowed lateness
-    ``lateness_us``) accepts, in file order; ``on_late(position, reason)`` for each it would reject, with the
-    matcher's own reason (:meth:`Matcher.check_late`)."""
+    """The events of ``query``'s types (or of ``types``: a live-and-archived statement's both sides) that ``lace
+    match`` (one :class:`~engine.matcher.Matcher`, allowed lateness ``lateness_us``) accepts, in file order;
+    ``on_late(position, reason)`` for each it would reject, with the matcher's own reason
+    (:meth:`Matcher.check_late`)."""
     import heapq
 
-    types = query.types
+    types = query.types if types is None else types
     clock = SimpleNamespace(
         watermark=-(1 << 63), max_seen=None, lateness={}, default_lateness=lateness_us, last_released=(-(1 << 63),) * 2
     )
@@ -201,63 +217,114 @@ def _cluster_cores(spark: Any, wait_s: float = 60.0, settle_s: float = 3.0) -> i
 
 
 def write_source(
-    events: Iterator[Event], query: CompiledQuery, path: Path, batch_events: int, lateness_us: int = 0
+    events: Iterator[Event], query: CompiledQuery, path: Path, batch_events: int, lateness_us: int = 0,
+    plan: LiveArchivedPlan | None = None,
 ) -> int:
     """Write ``events`` as the stream's Delta source table at ``path`` (delta-rs), ``batch_events`` per version,
-    then the end-of-stream marker (``lateness_us`` beyond every deadline); returns the number of events written."""
+    then the end-of-stream marker (``lateness_us`` beyond every deadline); returns the number of events written.
+
+    With ``plan`` (a live-and-archived statement; ``query`` its live pattern) the table is also the archive: a
+    column ``ak`` holds each event's archive key (:func:`stream.processor.group_key` of the key plan's attribute;
+    ``""`` without a key plan; null for an event of no archived type), and an event of no live type gets the
+    end-of-stream key (the processor skips it)."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from stream.processor import END_KEY
+    from stream.processor import END_KEY, group_key
 
-    schema = pa.schema([
+    fields = [
         ("k", pa.string()), ("et", pa.timestamp("us", tz="UTC")), ("ts", pa.int64()), ("id", pa.int64()),
         ("ev", pa.binary()),
-    ])
+    ]
+    schema = pa.schema(fields if plan is None else [*fields, ("ak", pa.string())])
     key_of, dumps, proto = query.key_of, pickle.dumps, pickle.HIGHEST_PROTOCOL
+    live_types = query.types
+    archived_types = frozenset(plan.archived_types) if plan is not None else frozenset()
+    key_attr = plan.key.attr if plan is not None and plan.key is not None else None
     n, newest = 0, -(1 << 62)
     chunk: list[Event] = []
 
-    def write(rows: list[tuple[str, int, int, bytes]]) -> None:
+    def row(x: Event) -> tuple[Any, ...]:
+        k = repr(key_of(x)) if x.type in live_types else END_KEY
+        if plan is None:
+            return (k, x.ts_end, x.id, dumps(x, proto))
+        ak = None if x.type not in archived_types else "" if key_attr is None else group_key(x.get(key_attr))
+        return (k, x.ts_end, x.id, dumps(x, proto), ak)
+
+    def write(rows: list[tuple[Any, ...]]) -> None:
         cols = list(zip(*rows))
-        table = pa.table([pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int64()).cast(schema.field("et").type),
-                          pa.array(cols[1], pa.int64()), pa.array(cols[2], pa.int64()), pa.array(cols[3], pa.binary())],
-                         schema=schema)
-        write_deltalake(str(path), table, mode="append")
+        arrays = [pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int64()).cast(schema.field("et").type),
+                  pa.array(cols[1], pa.int64()), pa.array(cols[2], pa.int64()), pa.array(cols[3], pa.binary())]
+        if plan is not None:
+            arrays.append(pa.array(cols[4], pa.string()))
+        write_deltalake(str(path), pa.table(arrays, schema=schema), mode="append")
 
     for e in events:
         chunk.append(e)
         if len(chunk) >= batch_events:
-            write([(repr(key_of(x)), x.ts_end, x.id, dumps(x, proto)) for x in chunk])
+            write([row(x) for x in chunk])
             n += len(chunk)
             newest = max(newest, max(x.ts_end for x in chunk))
             chunk = []
     if chunk:
-        write([(repr(key_of(x)), x.ts_end, x.id, dumps(x, proto)) for x in chunk])
+        write([row(x) for x in chunk])
         n += len(chunk)
         newest = max(newest, max(x.ts_end for x in chunk))
     # end of stream: the watermark (the marker's ts - lateness) must pass every deadline (at most a window after the
     # newest event); Spark's no-data micro-batch after the marker's fires the timers
     end = newest + (query.window_us or 0) + lateness_us + 3_600_000_000
-    write([(END_KEY, end, 0, b"")])
+    write([(END_KEY, end, 0, b"") + ((None,) if plan is not None else ())])
     return n
 
 
-def _results_writer(checkpoint: Path, results: Path) -> Callable[[Any, int], None]:
+def _archive_join(frame: Any, source: Path, text: str) -> Any:
+    """The results (:data:`stream.processor.RESULT_SCHEMA`) of a micro-batch's live instances ``frame``
+    (:data:`stream.processor.LA_OUTPUT_SCHEMA`): a Spark join with the archive, the source table at ``source``.
+
+    The archived side is read by Spark over the union of the instances' access ranges (one range from the smallest
+    ``lo`` to the largest ``hi``: a filter Delta prunes files by), only the archive keys of the batch's instances
+    (a broadcast semi join), then grouped by archive key with the instances (``cogroup``): per key,
+    :func:`stream.processor.join_group` matches the archived pattern over the key's events in the key's merged ranges
+    and joins (SLLAA with the micro-batch as the subwindow, 001 section 4.3). Without a key plan every row has the
+    key ``""``: one group, no parallelism."""
+    from pyspark.sql import functions as F
+
+    from stream.processor import RESULT_SCHEMA, join_group
+
+    spark = frame.sparkSession
+    lo, hi = frame.agg(F.min("lo"), F.max("hi")).first()
+    if lo is None:  # no instance
+        return spark.createDataFrame([], RESULT_SCHEMA)
+    archived = (
+        spark.read.format("delta").load(str(source))
+        .where(F.col("ak").isNotNull() & (F.col("ts") >= lo) & (F.col("ts") < hi))
+        .select("ak", "ev")
+        .join(F.broadcast(frame.select("ak").distinct()), "ak", "left_semi")
+    )
+    return frame.groupBy("ak").cogroup(archived.groupBy("ak")).applyInPandas(join_group(text), schema=RESULT_SCHEMA)
+
+
+def _results_writer(
+    checkpoint: Path, results: Path, join: Callable[[Any], Any] | None = None
+) -> Callable[[Any, int], None]:
     """The ``foreachBatch`` function appending a micro-batch's rows to the Delta table ``results``, exactly once.
 
     The micro-batch is always computed, then written as a Delta transaction of the query (``txnAppId`` the id in
     Spark's checkpoint ``metadata``, ``txnVersion`` the batch id: Delta skips a batch it already holds). Spark's Delta
     sink does the same check but before running the batch: a batch replayed after a kill between the sink's commit
     and Spark's commit (``commits/N``) was then not run at all, so Spark's watermark did not take its event times
-    (it stayed at the previous batches', and the no-data batch of the timers the batch's events set never ran)."""
+    (it stayed at the previous batches', and the no-data batch of the timers the batch's events set never ran).
+
+    ``join``: what is written instead of the batch's rows, computed from them (a live-and-archived statement's
+    :func:`_archive_join`; deterministic, so a replayed batch gives the same rows, which Delta then skips)."""
 
     def write(frame: Any, batch_id: int) -> None:
         app = json.loads((checkpoint / "metadata").read_text())["id"]
         frame.persist()
         try:
             frame.count()  # the batch runs (its state, its event times for the watermark) even when already written
-            (frame.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", batch_id)
+            rows = frame if join is None else join(frame)
+            (rows.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", batch_id)
              .save(str(results)))
         finally:
             frame.unpersist()
@@ -278,7 +345,7 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
     """
     from deltalake import DeltaTable
 
-    from stream.processor import OUTPUT_SCHEMA, LaceProcessor, output_table
+    from stream.processor import LA_OUTPUT_SCHEMA, OUTPUT_SCHEMA, LaceProcessor, output_table
 
     tail_keys.clear()
     spark = spark_session(job.master)
@@ -298,19 +365,20 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
             raise StreamJobError(str(e)) from None
     else:
         source = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(str(workdir / "source"))
+    join = None if job.plan is None else partial(_archive_join, source=workdir / "source", text=job.text)
     frame = (
         source
         .withWatermark("et", f"{lateness_ms} milliseconds")
         .groupBy("k")
         .transformWithStateInPandas(
             statefulProcessor=LaceProcessor(job.text, job.strategy, job.lateness_us),
-            outputStructType=OUTPUT_SCHEMA,
+            outputStructType=OUTPUT_SCHEMA if job.plan is None else LA_OUTPUT_SCHEMA,
             outputMode="Append",
             timeMode="EventTime",
         )
     )
     query = (
-        frame.writeStream.foreachBatch(_results_writer(workdir / "stream", workdir / "results"))
+        frame.writeStream.foreachBatch(_results_writer(workdir / "stream", workdir / "results", join))
         .option("checkpointLocation", str(workdir / "stream"))
         .trigger(availableNow=True)
         .start()
@@ -366,14 +434,15 @@ def prepare(job: StreamJob, workdir: Path, events: Iterator[Event]) -> None:
     for name in ("source", "stream", "results"):  # a source not finished: nothing ran from it yet
         shutil.rmtree(workdir / name, ignore_errors=True)
     marker.write_text(json.dumps(stamp))
-    write_source(events, job.query, workdir / "source", job.batch_events, job.lateness_us)
+    write_source(events, job.query, workdir / "source", job.batch_events, job.lateness_us, job.plan)
     (workdir / _DONE).write_text(str(time.time()))
 
 
 def ordered_matches(results: Any, query: CompiledQuery) -> Iterator[Any]:
     """The matches of a results table, unpickled, in ``lace match``'s emission order; each match's layout is the
     driver's plan's (so :class:`~engine.match_files.MatchWriter` formats them as it formats ``lace match``'s). The
-    rows of late events (kind :data:`stream.processor.LATE`) are left out, into :data:`late`."""
+    rows of late events (kind :data:`stream.processor.LATE`) are left out, into :data:`late`. A live-and-archived
+    statement's results (a column ``r``) come in ``lace replay``'s order: by their live instance's place, then ``r``."""
     import pyarrow.compute as pc
 
     from stream.processor import LATE, ORDER
@@ -383,7 +452,8 @@ def ordered_matches(results: Any, query: CompiledQuery) -> Iterator[Any]:
     rejected = results.filter(is_late).sort_by([("pts", "ascending"), ("pid", "ascending")])
     late.clear()
     late.extend(zip(rejected.column("pts").to_pylist(), rejected.column("pid").to_pylist()))
-    table = results.filter(pc.invert(is_late)).sort_by([(c, "ascending") for c in ORDER])
+    order = (*ORDER, "r") if "r" in results.column_names else ORDER  # a live-and-archived statement's results
+    table = results.filter(pc.invert(is_late)).sort_by([(c, "ascending") for c in order])
     loads = pickle.loads
     for blob in table.column("m").to_pylist():
         m = loads(blob)

@@ -16,6 +16,13 @@ place ``lace match`` would have emitted it, so the driver can restore that order
   first event after its deadline, before that event's own matches, in (deadline, creation) order;
 * ``n``, the key's running count of matches, orders matches of one event (all of one key).
 
+A live-and-archived statement (``LIVE ... ARCHIVED ...``, 001 section 4) runs its live pattern ``P_L`` here: each
+output row is then a completed live instance, with the two columns the archive join needs
+(:data:`LA_OUTPUT_SCHEMA`): ``ak``, the instance's archive key (:func:`group_key` of
+:meth:`~engine.live_archived.plan.LiveArchivedPlan.key_of`; ``""`` without a key plan), and ``lo``/``hi``, its access
+range ``[start - lookback, start)``. An instance whose key value is missing joins nothing and is left out.
+:func:`join_group` is the join, run by ``cogroup(...).applyInPandas`` per archive key (:mod:`stream.job`).
+
 Timestamps are int microseconds UTC; Spark's timers and watermark are milliseconds.
 """
 from __future__ import annotations
@@ -26,9 +33,10 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql.streaming import StatefulProcessor, StatefulProcessorHandle
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.types import BinaryType, LongType, StringType, StructField, StructType
 
 from engine.compiler import CompiledQuery
+from engine.live_archived.plan import NO_KEY, LiveArchivedPlan
 from engine.match import Match
 from engine.matcher import LateEventError, Matcher
 from stream import state
@@ -61,13 +69,48 @@ ORDER = ("pts", "pid", "kind", "cts", "cid", "n")
 """Sorting the output rows by these columns gives ``lace match``'s emission order: a trailing-negation match
 ``(deadline, MAX, 0, ...)`` sorts after every event at or before its deadline and before the first one after it,
 and such matches tie by deadline, then creation."""
+LA_OUTPUT_SCHEMA = StructType([
+    *OUTPUT_SCHEMA.fields,
+    StructField("ak", StringType()), StructField("lo", LongType()), StructField("hi", LongType()),
+])
+"""A live instance of a live-and-archived statement: :data:`OUTPUT_SCHEMA` (``m`` the pickled live match) and its
+archive key ``ak`` and access range ``[lo, hi)`` (int us)."""
+RESULT_SCHEMA = StructType([*OUTPUT_SCHEMA.fields[:-1], StructField("r", LongType()), OUTPUT_SCHEMA.fields[-1]])
+"""A result of a live-and-archived statement: its live instance's place (:data:`ORDER`), ``r`` its rank among that
+instance's results, ``m`` the pickled result."""
 _STATE_SCHEMA = StructType([StructField("matcher", BinaryType()), StructField("n", LongType())])
 _COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
+_LA_COLUMNS = [f.name for f in LA_OUTPUT_SCHEMA.fields]
+_RESULT_COLUMNS = [f.name for f in RESULT_SCHEMA.fields]
 _compiled: dict[tuple[str, str | None], CompiledQuery] = {}
+_plans: dict[str, LiveArchivedPlan | None] = {}
+
+
+def live_archived_plan(text: str) -> LiveArchivedPlan | None:
+    """The statement ``text`` compiled as a live-and-archived plan once per Python worker; None when it is a
+    live-only statement.
+
+    Raises
+    ------
+    QueryError
+        When it does not compile (the driver compiled it first, so only on a different engine version).
+    """
+    if text not in _plans:
+        from engine.lql import ast
+        from engine.lql.parser import parse
+
+        tree = parse(text)
+        if isinstance(tree, ast.LiveArchivedQuery):
+            from engine.live_archived.plan import compile_live_archived
+            _plans[text] = compile_live_archived(tree)
+        else:
+            _plans[text] = None
+    return _plans[text]
 
 
 def compiled_query(text: str, strategy: str | None) -> CompiledQuery:
-    """The statement ``text`` compiled once per Python worker (workers are reused across tasks and batches).
+    """The statement ``text`` compiled once per Python worker (workers are reused across tasks and batches); of a
+    live-and-archived statement, its live pattern ``P_L``.
 
     Raises
     ------
@@ -77,9 +120,23 @@ def compiled_query(text: str, strategy: str | None) -> CompiledQuery:
     key = (text, strategy)
     query = _compiled.get(key)
     if query is None:
-        from engine.compiler import compile_query
-        query = _compiled[key] = compile_query(text, strategy=strategy)
+        plan = live_archived_plan(text)
+        if plan is not None:
+            query = _compiled[key] = plan.live
+        else:
+            from engine.compiler import compile_query
+            query = _compiled[key] = compile_query(text, strategy=strategy)
     return query
+
+
+def group_key(value: Any) -> str:
+    """The archive join's grouping key of a key value: its ``repr``, with the values Python holds equal given one
+    form (``True`` and ``1.0`` as ``1``), as the engine's dict of keys does."""
+    if isinstance(value, bool):
+        value = int(value)
+    elif isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return repr(value)
 
 
 class LaceProcessor(StatefulProcessor):
@@ -99,11 +156,15 @@ class LaceProcessor(StatefulProcessor):
         self.text = text
         self.strategy = strategy
         self.lateness_us = lateness_us
+        self.plan: LiveArchivedPlan | None = None
+        self.columns = _COLUMNS
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Spark's set-up call: the key's ``ValueState`` (pickled matcher state, match count)."""
         self.handle = handle
         self.value = handle.getValueState("matcher", _STATE_SCHEMA)
+        self.plan = live_archived_plan(self.text)
+        self.columns = _COLUMNS if self.plan is None else _LA_COLUMNS
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         """Push the key's events of this micro-batch, in (ts, id) order; yield their matches."""
@@ -122,7 +183,8 @@ class LaceProcessor(StatefulProcessor):
             except LateEventError:  # file mode: the driver passes only events lace match accepts, not reached
                 late.append((event.ts_end, event.id))
         if late:  # archive mode: an event more than the lateness behind its key's newest one
-            yield pd.DataFrame([(ts, i, LATE, 0, 0, 0, b"") for ts, i in late], columns=_COLUMNS)
+            pad = ("", 0, 0) if self.plan is not None else ()
+            yield pd.DataFrame([(ts, i, LATE, 0, 0, 0, b"", *pad) for ts, i in late], columns=self.columns)
         yield from self._finish(matcher, n, found)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
@@ -145,8 +207,10 @@ class LaceProcessor(StatefulProcessor):
         return matcher, 0
 
     def _finish(self, matcher: Matcher, n: int, found: list[Match]) -> Iterator[pd.DataFrame]:
-        rows = match_rows(matcher, n, found)
+        rows: list[tuple[Any, ...]] = list(match_rows(matcher, n, found))
         n += len(rows)
+        if self.plan is not None and rows:
+            rows = instance_rows(self.plan, found, rows)
         if state.is_idle(matcher):
             self.value.clear()
         else:
@@ -155,7 +219,7 @@ class LaceProcessor(StatefulProcessor):
             if deadline is not None:
                 self.handle.registerTimer(deadline // 1000 + 1)  # fires once the watermark is past the deadline
         if rows:
-            yield pd.DataFrame(rows, columns=_COLUMNS)
+            yield pd.DataFrame(rows, columns=self.columns)
 
 
 def match_rows(matcher: Matcher, n: int, found: list[Match]) -> list[tuple[int, int, int, int, int, int, bytes]]:
@@ -167,6 +231,52 @@ def match_rows(matcher: Matcher, n: int, found: list[Match]) -> list[tuple[int, 
     window = matcher.query.window_us or 0
     dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
     return [(*_place(m, trailing, window), n + i, dumps(m, proto)) for i, m in enumerate(found)]
+
+
+def instance_rows(
+    plan: LiveArchivedPlan, found: list[Match], rows: list[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """The :data:`LA_OUTPUT_SCHEMA` rows of live instances ``found`` (of ``plan.live``) whose :func:`match_rows` are
+    ``rows``: each with its archive key and access range; an instance without a key value (it joins nothing) is left
+    out."""
+    out: list[tuple[Any, ...]] = []
+    for m, row in zip(found, rows):
+        key = plan.key_of(m)
+        if key is NO_KEY:
+            continue
+        lo, hi = plan.access_range(m)
+        out.append((*row, "" if plan.key is None else group_key(key), lo, hi))
+    return out
+
+
+def join_group(text: str) -> Any:
+    """The function ``cogroup(...).applyInPandas`` runs per archive key: ``f(key, live, archived)`` with ``live``
+    the key's live instances of a micro-batch (:data:`LA_OUTPUT_SCHEMA` columns) and ``archived`` the key's archived
+    events (column ``ev``, pickled events, at least those ending in the instances' access ranges) gives their
+    results (:data:`RESULT_SCHEMA` columns) by :func:`engine.live_archived.runner.join_instances`, the engine's own
+    join (001 section 4)."""
+
+    def join(key: Any, live: pd.DataFrame, archived: pd.DataFrame) -> pd.DataFrame:
+        if live.empty:
+            return pd.DataFrame([], columns=_RESULT_COLUMNS)
+        from engine.live_archived.runner import join_instances
+
+        plan = live_archived_plan(text)
+        assert plan is not None
+        live = live.sort_values(list(ORDER), kind="stable")
+        loads = pickle.loads
+        instances = [loads(b) for b in live["m"]]
+        events = [loads(b) for b in archived["ev"]]
+        dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
+        rows = [
+            (*place, r, dumps(res, proto))
+            for place, found in zip(live[list(ORDER)].itertuples(index=False, name=None),
+                                    join_instances(plan, instances, events))
+            for r, res in enumerate(found)
+        ]
+        return pd.DataFrame(rows, columns=_RESULT_COLUMNS)
+
+    return join
 
 
 def output_table(rows: list[tuple[int, int, int, int, int, int, bytes]]) -> Any:

@@ -14,7 +14,7 @@ from engine.live_archived.counters import RunCounters
 from engine.live_archived.llaa import LLAA
 from engine.live_archived.ollaa import OLLAA
 from engine.live_archived.plan import LiveArchivedPlan, compile_live_archived
-from engine.live_archived.runner import ALGORITHMS, make_runner, replay, run_memory
+from engine.live_archived.runner import ALGORITHMS, join_instances, make_runner, replay, run_memory
 from engine.live_archived.sllaa import SLLAA
 from engine.live_archived.source import ArchiveSource, MemoryArchive
 
@@ -31,6 +31,7 @@ __all__ = [
     "RunCounters",
     "Runner",
     "compile_live_archived",
+    "join_instances",
     "make_runner",
     "replay",
     "run_memory",

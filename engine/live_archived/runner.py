@@ -1,12 +1,13 @@
-"""Build a runner by algorithm name and replay a stream through it (tests, ``lace replay``, benches)."""
+"""Build a runner by algorithm name and replay a stream through it (tests, ``lace replay``, benches); answer a batch
+of completed live instances from given archived events (:func:`join_instances`, ``lace stream``'s archive join)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from engine.events import Event
+from engine.events import END_OF_TIME, Event
 from engine.live_archived.alaa import ALAA
-from engine.live_archived.base import Runner
+from engine.live_archived.base import LiveInstance, Runner
 from engine.live_archived.llaa import LLAA
 from engine.live_archived.ollaa import OLLAA
 from engine.live_archived.plan import LiveArchivedPlan
@@ -95,3 +96,49 @@ def run_memory(
     archive = MemoryArchive()
     runner = make_runner(algorithm, plan, archive, **options)
     return list(replay(events, runner, archive.append)), runner
+
+
+def join_instances(
+    plan: LiveArchivedPlan, instances: Sequence[Match], archived: Iterable[Event]
+) -> list[list[Match]]:
+    """The results of completed live instances, given the archived events: one SLLAA subwindow (001 section 4.3 (2))
+    answered from ``archived`` instead of an archive request.
+
+    Parameters
+    ----------
+    plan : LiveArchivedPlan
+        The statement.
+    instances : sequence of Match
+        Complete matches of ``plan.live`` (live instances), in the order the live matcher emitted them.
+    archived : iterable of Event
+        Archived events (any order, any types: only ``plan.archived_types`` are read); they must hold every event of
+        ``plan.archived_types`` (of the instance's archive key, :meth:`LiveArchivedPlan.key_of`, with a key plan) that
+        ends in each instance's access range ``[start - lookback, start)``, int microseconds UTC. Events outside the
+        ranges are left out, as an archive request would.
+
+    Returns
+    -------
+    list of list of Match
+        ``out[i]``: the results of ``instances[i]``, exactly as SLLAA, LLAA, OLLAA or ALAA emit them for it (the
+        pairwise form: one per joined archived instance, by archived start; the grouped form: at most one); empty
+        for an instance that joins nothing or whose key is missing. A replay (:func:`replay`) emits each instance's
+        results together, instances in the live matcher's order: concatenating ``out`` gives its output.
+
+    Examples
+    --------
+    >>> from engine.live_archived.plan import compile_live_archived
+    >>> plan = compile_live_archived(
+    ...     "LIVE PATTERN Pass p WHERE p.at = 'B' ARCHIVED PATTERN Pass q WHERE q.at = 'A' PARTITION BY car "
+    ...     "LOOKBACK 20 min JOIN p.car = q.car RETURN p.car AS car")
+    >>> a, b = Event(1, "Pass", 0, {"car": 7, "at": "A"}), Event(2, "Pass", 60_000_000, {"car": 7, "at": "B"})
+    >>> from engine.matcher import Matcher
+    >>> live = Matcher(plan.live).push(b)
+    >>> [[(r.ids(), r.fields) for r in found] for found in join_instances(plan, live, [a, b])]
+    [[({'p': [2], 'q': [1]}, {'car': 7})]]
+    """
+    if not instances:
+        return []
+    archive = MemoryArchive()
+    archive.extend(archived)
+    runner = SLLAA(plan, archive, max_batch=len(instances))
+    return runner.answer_each([LiveInstance(m, END_OF_TIME, 0.0) for m in instances])

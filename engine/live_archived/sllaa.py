@@ -105,19 +105,26 @@ class SLLAA(Runner):
 
     def answer(self, sub: list[LiveInstance]) -> list[Match]:
         """One archive request over the merged access ranges of ``sub``; join every instance."""
+        return [r for found in self.answer_each(sub) for r in found]
+
+    def answer_each(self, sub: list[LiveInstance]) -> list[list[Match]]:
+        """:meth:`answer`, with the results of each instance of ``sub`` apart: ``out[i]`` holds those of ``sub[i]``
+        in the order :meth:`answer` emits them (one archive request for all; an instance whose key is missing,
+        :data:`~engine.live_archived.plan.NO_KEY`, has none)."""
         plan = self.plan
         keyed = plan.key is not None
-        wanted: list[tuple[LiveInstance, Hashable, Range]] = []
+        wanted: list[tuple[int, LiveInstance, Hashable, Range]] = []
         ranges: dict[Hashable, list[Range]] = {}
-        for inst in sub:
+        for i, inst in enumerate(sub):
             key = plan.key_of(inst.match)
             if key is NO_KEY:
                 continue
             rng = self.access(inst)
-            wanted.append((inst, key, rng))
+            wanted.append((i, inst, key, rng))
             ranges.setdefault(key, []).append(rng)
+        out: list[list[Match]] = [[] for _ in sub]
         if not wanted:
-            return []
+            return out
         request = {k: merge_ranges(v) for k, v in ranges.items()}
         events = self.request(None, request) if keyed else self.request(None, request[None])
         index: dict[Hashable, tuple[list[tuple[int, int]], list[Match]]] = {}
@@ -129,16 +136,15 @@ class SLLAA(Runner):
             perm = sorted(range(len(order)), key=order.__getitem__)
             order[:] = [order[p] for p in perm]
             items[:] = [items[p] for p in perm]
-        out: list[Match] = []
         with self.lock:
-            for inst, key, (lo, hi) in wanted:
+            for i, inst, key, (lo, hi) in wanted:
                 bucket = index.get(key)
                 if bucket is None:
                     continue
                 order, items = bucket
                 a = bisect.bisect_left(order, (lo, -1))
                 b = bisect.bisect_left(order, (hi, -1))
-                self.join(inst, items[a:b], out)
+                self.join(inst, items[a:b], out[i])
         return out
 
     def stats(self) -> dict[str, object]:

@@ -31,7 +31,7 @@ def match_output(query: Path, events: Path, out: Path) -> bytes:
 
 
 def live_only_statements() -> list[str]:
-    """The demo statements that do not read the archive (the ``LIVE ... ARCHIVED`` ones are refused)."""
+    """The demo statements that do not read the archive (the ``LIVE ... ARCHIVED`` ones: test_stream_la.py)."""
     return sorted(p.stem for p in QUERIES.glob("*.lql") if "ARCHIVED" not in p.read_text())
 
 
@@ -88,7 +88,8 @@ def test_out_of_order_events_within_the_lateness(stream_spark, tmp_path):
 @pytest.mark.parametrize(
     ("text", "reason"),
     [
-        ((QUERIES / "congested_same_hour.lql").read_text(), "live-and-archived"),
+        ((QUERIES / "drop_after_rebound.lql").read_text().replace("partition_contiguity", "strict_contiguity", 1),
+         "strict contiguity"),
         ("NAME s PATTERN SEQ(bar a, bar b) PARTITION BY key STRATEGY strict_contiguity WITHIN 5 min",
          "strict contiguity"),
         ("NAME f FILTER bar t DROP WHEN t.close < 0; NAME p PATTERN SEQ(bar a, bar b) WITHIN 5 min", "rule graph"),
