@@ -67,3 +67,26 @@ def test_live_and_archived_statement_refused_where_it_cannot_run(tmp_path, extra
     assert len(lines) == 1 and lines[0].startswith("error: ") and reason in lines[0], result.output
     assert not (tmp_path / "o.jsonl").exists()
 
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_kill9_mid_stream_then_restart_gives_the_replay_output(stream_spark, tmp_path):
+    """A ``lace stream`` process of a live-and-archived statement (Python and its JVM) killed with SIGKILL after its
+    first committed micro-batch; run again with the same checkpoint (in-process), it goes on from there: the join's
+    results are written once per micro-batch (the exactly-once writer), and OUT is ``lace replay``'s."""
+    from tests.stream.test_stream import kill9_when
+
+    query, data = QUERIES / "drop_after_rebound.lql", DEMO / "bars_1m.csv"
+    expected = replay_output(query, data, tmp_path)
+    ck, out = tmp_path / "ck", tmp_path / "stream.jsonl"
+    args = ["stream", "--query", str(query), "--events", str(data), "--out", str(out), "--checkpoint", str(ck),
+            "--master", "local[2]", "--batch-events", "2000"]
+    kill9_when(args, ck / "stream" / "commits" / "0", "a micro-batch committed")  # 4 data micro-batches in all
+    assert not out.exists()
+    assert not (ck / "stream" / "commits" / "4").exists()
+
+    result = lace(*args)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == expected
+    lines = expected.splitlines()
+    assert len(lines) >= 50 and len(set(lines)) == len(lines)
