@@ -222,19 +222,24 @@ class SparkArchiveSource:
             if table is None:
                 continue
             kind = next(iter({t.attributes.get(key_attr or "") for t in etypes.values()})) or ""
+            ends = _ends(table)
             for i, ask, where in zip(members, asks, wheres):
                 if not ask:
                     continue
-                mine = apply_filter(table, where) if where is not either else table
                 if keep is not None:  # keys the archive could not select by: the caller filters, as alone
+                    mine = apply_filter(table, where) if where is not either else table
                     out[i] = (mine, {k: [_clamp(r) for r in rs] for k, rs in ask.items()})
                     continue
                 typed = _typed(ask, kind) if None not in ask else ask
                 if not typed:
                     continue
-                keys = None if None in typed else mine.column(key_attr)
-                mask = rows_in(_ends(mine), keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
-                out[i] = (mine.filter(pa.array(mask)), None)
+                # its keys and ranges first (one vectorised mask over the union), then its own conditions over
+                # the few rows left: the conditions over the whole union, per request, were 10 % of the service's
+                # CPU with ten queries (issue 25). Both are filters: the same rows in the same order.
+                keys = None if None in typed else table.column(key_attr)
+                mask = rows_in(ends, keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
+                mine = table.filter(pa.array(mask))
+                out[i] = (apply_filter(mine, where) if where is not either else mine, None)
         return out
 
     def _where(self, pattern: Pattern | None, etypes: Mapping[str, EventType]) -> pc.Expression | None:

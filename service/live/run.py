@@ -153,6 +153,8 @@ class WorkerRun:
         subwindow)."""
         types = lq.compiled.stream_types
         mine = [e for e in events if e.type in types]
+        if len(mine) == len(events):  # all of them: the same list for every such query (pickled once for all)
+            mine = events
         idle = idle and not mine
         wm = watermark_us
         if mine or (wm is not None and (self.offered_wm is None or wm > self.offered_wm)) or (
