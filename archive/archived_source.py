@@ -222,24 +222,29 @@ class SparkArchiveSource:
             if table is None:
                 continue
             kind = next(iter({t.attributes.get(key_attr or "") for t in etypes.values()})) or ""
-            ends = _ends(table)
+            # per archived pattern (the requests of one query share it): the union's rows passing its conditions and
+            # their ends, filtered once per read, not once per request (LLAA's requests come by the dozen)
+            passed: dict[int, tuple[pa.Table, Any]] = {}
             for i, ask, where in zip(members, asks, wheres):
                 if not ask:
                     continue
-                if keep is not None:  # keys the archive could not select by: the caller filters, as alone
+                pid = id(requests[i].pattern) if where is not either else 0
+                if pid not in passed:
                     mine = apply_filter(table, where) if where is not either else table
+                    passed[pid] = (mine, None)
+                mine, ends = passed[pid]
+                if keep is not None:  # keys the archive could not select by: the caller filters, as alone
                     out[i] = (mine, {k: [_clamp(r) for r in rs] for k, rs in ask.items()})
                     continue
                 typed = _typed(ask, kind) if None not in ask else ask
                 if not typed:
                     continue
-                # its keys and ranges first (one vectorised mask over the union), then its own conditions over
-                # the few rows left: the conditions over the whole union, per request, were 10 % of the service's
-                # CPU with ten queries (issue 25). Both are filters: the same rows in the same order.
-                keys = None if None in typed else table.column(key_attr)
+                if ends is None:
+                    ends = _ends(mine)
+                    passed[pid] = (mine, ends)
+                keys = None if None in typed else mine.column(key_attr)
                 mask = rows_in(ends, keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
-                mine = table.filter(pa.array(mask))
-                out[i] = (apply_filter(mine, where) if where is not either else mine, None)
+                out[i] = (mine.filter(pa.array(mask)), None)
         return out
 
     def _where(self, pattern: Pattern | None, etypes: Mapping[str, EventType]) -> pc.Expression | None:
