@@ -30,6 +30,16 @@ def match_output(query: Path, events: Path, out: Path) -> bytes:
     return out.read_bytes()
 
 
+def stream_output(query: Path, events: Path, out: Path, batch: int) -> bytes:
+    """OUT of ``lace stream`` over ``events`` on ``local[2]``, ``batch`` events per micro-batch (it must succeed)."""
+    result = lace(
+        "stream", "--query", str(query), "--events", str(events), "--out", str(out),
+        "--master", "local[2]", "--batch-events", str(batch),
+    )
+    assert result.exit_code == 0, result.output
+    return out.read_bytes()
+
+
 def live_only_statements() -> list[str]:
     """The demo statements that do not read the archive (the ``LIVE ... ARCHIVED`` ones: test_stream_la.py)."""
     return sorted(p.stem for p in QUERIES.glob("*.lql") if "ARCHIVED" not in p.read_text())
@@ -54,13 +64,7 @@ def test_demo_statement_equals_lace_match(stream_spark, traffic_slice, tmp_path,
     data = DEMO / "bars_1m.csv" if events == "bars" else traffic_slice
     expected = match_output(query, data, tmp_path / "match.jsonl")
     assert expected.count(b"\n") >= 10  # the slice holds matches: the comparison means something
-
-    result = lace(
-        "stream", "--query", str(query), "--events", str(data), "--out", str(tmp_path / "stream.jsonl"),
-        "--master", "local[2]", "--batch-events", str(batch),
-    )
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "stream.jsonl").read_bytes() == expected
+    assert stream_output(query, data, tmp_path / "stream.jsonl", batch) == expected
 
 
 @pytest.mark.spark

@@ -6,17 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from cli.main import app
-
-DEMO = Path(__file__).resolve().parents[2] / "cli" / "demo_data"
-QUERIES = DEMO / "queries"
-runner = CliRunner()
-
-
-def lace(*args: str):
-    return runner.invoke(app, list(args), catch_exceptions=False)
+from tests.stream.test_stream import DEMO, QUERIES, kill9_when, lace, stream_output
 
 
 def replay_output(query: Path, events: Path, tmp: Path) -> bytes:
@@ -42,13 +33,7 @@ def test_demo_live_and_archived_statement_equals_lace_replay(stream_spark, traff
     data = DEMO / "bars_1m.csv" if events == "bars" else traffic_slice
     expected = replay_output(query, data, tmp_path)
     assert expected.count(b"\n") >= 50  # the slice gives results: the comparison means something
-
-    result = lace(
-        "stream", "--query", str(query), "--events", str(data), "--out", str(tmp_path / "stream.jsonl"),
-        "--master", "local[2]", "--batch-events", str(batch),
-    )
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "stream.jsonl").read_bytes() == expected
+    assert stream_output(query, data, tmp_path / "stream.jsonl", batch) == expected
 
 
 @pytest.mark.parametrize(
@@ -74,8 +59,6 @@ def test_kill9_mid_stream_then_restart_gives_the_replay_output(stream_spark, tmp
     """A ``lace stream`` process of a live-and-archived statement (Python and its JVM) killed with SIGKILL after its
     first committed micro-batch; run again with the same checkpoint (in-process), it goes on from there: the join's
     results are written once per micro-batch (the exactly-once writer), and OUT is ``lace replay``'s."""
-    from tests.stream.test_stream import kill9_when
-
     query, data = QUERIES / "drop_after_rebound.lql", DEMO / "bars_1m.csv"
     expected = replay_output(query, data, tmp_path)
     ck, out = tmp_path / "ck", tmp_path / "stream.jsonl"
