@@ -134,6 +134,7 @@ class Settings(BaseSettings):
     webhook_concurrency: Annotated[int, Field(ge=1)] = 32
     webhook_poll_s: Annotated[float, Field(gt=0)] = 1.0
     webhook_batch: Annotated[int, Field(ge=1)] = 200
+    """Deliveries leased and not yet finished at most; the dispatcher claims again when half are done."""
     webhook_breaker_failures: Annotated[int, Field(ge=0)] = 5
     """Consecutive endpoint failures (no answer, 5xx, 408, 429) that open a webhook's circuit: its
     deliveries are then held, not retried nor dead-lettered, and one is sent as a probe; 0: no breaker."""

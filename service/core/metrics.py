@@ -46,6 +46,10 @@ class Metrics:
             registry=r,
         )
         self.circuits_opened = Counter("lace_webhook_circuits_opened", "Webhook circuits opened", registry=r)
+        self.delivery_claims = Counter(
+            "lace_delivery_claims", "Dispatcher claims that leased at least one delivery", registry=r
+        )
+        self.deliveries_claimed = Counter("lace_deliveries_claimed", "Deliveries leased by the dispatcher", registry=r)
         self.partial_matches = Gauge("lace_partial_matches", "Partial matches in memory (all live queries)", registry=r)
         self.partial_matches_spilled = Gauge(
             "lace_partial_matches_spilled", "Partial matches spilled to the store (all live queries)", registry=r

@@ -5,12 +5,14 @@ client is aiohttp's (one session, a connection pool of ``webhook_concurrency``):
 connection's socket each time it handed one out (httpcore issue encode/httpcore#928), 3.6 ms of CPU per delivery
 at 32 connections against aiohttp's 0.3 ms (issue 25; docs/benchmarks.md, "Webhook delivery throughput").
 
-Each loop: lease the due deliveries (and one probe per open circuit, see
+Each loop: lease up to ``webhook_batch`` due deliveries (and one probe per open circuit, see
 :mod:`service.webhooks.store`), send each (at most ``webhook_concurrency`` at once). An attempt's
-outcome is written the moment its answer arrives: a recorder task commits whatever outcomes are
-waiting, with no batching delay, so the window between a receiver's 2xx and the delivered mark is
-one small transaction (``lace_delivery_mark_seconds``). A crash inside that window sends the
-delivery once more, with the same idempotency key: receivers deduplicate on it.
+outcome is written as its answer arrives: a recorder task commits whatever outcomes are waiting
+(lingering ``MARK_LINGER_S`` for the answers of other attempts in flight), so the window between a
+receiver's 2xx and the delivered mark is one small transaction (``lace_delivery_mark_seconds``). A
+crash inside that window sends the delivery once more, with the same idempotency key: receivers
+deduplicate on it. An attempt keeps its sending slot until its outcome is committed, so at most
+``webhook_concurrency`` deliveries are answered and not yet marked at any moment.
 
 A failed attempt is retried after ``min(max, base * 2^(n-1))`` seconds jittered to ``[d/2, d]``
 (:func:`~service.webhooks.store.backoff_s`); attempt ``webhook_max_attempts`` failing
@@ -59,6 +61,10 @@ __all__ = ["Dispatcher", "backoff_s"]
 
 log = logging.getLogger(__name__)
 
+MARK_LINGER_S = 0.002
+"""How long the recorder waits, once an outcome is queued while other attempts are in flight, for their answers to
+join the same commit (a commit costs about the same for 1 outcome as for 30)."""
+
 
 def env_proxy(url: str) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
     """The proxy (and its credentials) that ``HTTP_PROXY`` / ``HTTPS_PROXY`` / ``NO_PROXY`` give ``url``, or
@@ -88,12 +94,14 @@ class Dispatcher:
         self.server_key = settings.signing_key()
         self._wake = asyncio.Event()  # these three belong to the dispatcher's loop (first used there)
         self._inflight: set[asyncio.Task[None]] = set()
-        self._outcomes: asyncio.Queue[Outcome | None] = asyncio.Queue()
+        # an outcome and the future its sender waits on (set once the outcome is committed, or failed to be)
+        self._outcomes: asyncio.Queue[tuple[Outcome, asyncio.Future[None]] | None] = asyncio.Queue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._start_error: BaseException | None = None
         self._stopping = False
+        self._sending = 0  # attempts between holding a slot and having their outcome
         self._open: set[int] = set()  # webhooks whose circuit opened: queued jobs of theirs are not sent
 
     # ------------------------------------------------------------------ lifecycle
@@ -175,16 +183,27 @@ class Dispatcher:
                 await asyncio.wait(self._inflight, timeout=s.webhook_timeout_s)
 
     async def _round(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore) -> None:
+        """Lease due deliveries when no more than half of ``webhook_batch`` are leased and unfinished.
+
+        Claims are large (a claim and its outcomes' marks cost ~5 ms of SQLAlchemy and a commit each, whatever
+        their size: claiming only the free sending slots made claims of ~16 under load, 1.2-1.7 ms of CPU per
+        delivery); at least ``webhook_concurrency`` jobs stay queued while the next claim runs, so sending never
+        waits for it. A lease covers a job's wait for a slot behind every job leased with or before it (each
+        wave of ``webhook_concurrency`` attempts takes at most ``webhook_timeout_s``), or the delivery would be
+        claimed and sent again while it waits."""
         s = self.settings
-        # lease no more than can be sent now: a lease (timeout + 5 s) must not run out while its job
-        # waits for a slot, or the delivery is sent twice
-        free = min(s.webhook_batch, s.webhook_concurrency) - len(self._inflight)
-        if free <= 0:
+        outstanding = len(self._inflight)
+        if outstanding > s.webhook_batch // 2:
             return
-        lease_us = int((s.webhook_timeout_s + 5) * 1_000_000)
+        limit = s.webhook_batch - outstanding
+        waves = -(-s.webhook_batch // s.webhook_concurrency) + 1
+        lease_us = int((waves * s.webhook_timeout_s + 5) * 1_000_000)
         jobs = await anyio.to_thread.run_sync(
-            lambda: claim_due(self.sessions, now_us=now_us(), limit=free, lease_us=lease_us)
+            lambda: claim_due(self.sessions, now_us=now_us(), limit=limit, lease_us=lease_us)
         )
+        if jobs:
+            self.metrics.delivery_claims.inc()
+            self.metrics.deliveries_claimed.inc(len(jobs))
         for job in jobs:
             if not job.probe:  # claimed as closed: the database is the truth (a PATCH or resume closes it too)
                 self._open.discard(job.webhook_id)
@@ -196,6 +215,8 @@ class Dispatcher:
         """Commit outcomes as they come: each wait ends with all that queued meanwhile (no added delay)."""
         while True:
             first = await self._outcomes.get()
+            if first is not None and self._sending > self._outcomes.qsize() + 1:
+                await asyncio.sleep(MARK_LINGER_S)  # answers of the other attempts in flight join this commit
             batch = [first] if first is not None else []
             while not self._outcomes.empty():
                 nxt = self._outcomes.get_nowait()
@@ -204,7 +225,12 @@ class Dispatcher:
                 else:
                     batch.append(nxt)
             if batch:
-                await self._record(batch)
+                try:
+                    await self._record([o for o, _ in batch])
+                finally:
+                    for _, recorded in batch:
+                        if not recorded.done():
+                            recorded.set_result(None)
                 self._wake.set()  # a slot is free; a closed circuit may have released deliveries
             if first is None:
                 return
@@ -232,12 +258,32 @@ class Dispatcher:
                 self.metrics.delivery_latency.observe(max(o.at_us - o.job.alert_created_at_us, 0) / 1e6)
 
     async def _send(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> None:
+        """Attempt ``job`` and hand its outcome to the recorder. A sending slot is held from the request until the
+        outcome is committed: at most ``webhook_concurrency`` deliveries are ever answered and not yet marked,
+        which bounds what a crash sends again (leased jobs queued behind the slots are not sent yet)."""
+        recorded: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def hand_over(outcome: Outcome) -> None:
+            self._outcomes.put_nowait((outcome, recorded))
+            await recorded
+
         try:
-            outcome = await self._attempt(client, sem, job)
-        except Exception as e:  # a bug here must not lose the lease silently: record the failure
+            refused = await self._refused(job.url)
+            if refused is not None:
+                await hand_over(Outcome(job, False, None, refused, now_us(), 0.0, endpoint_down=False))
+                return
+            async with sem:
+                self._sending += 1
+                try:
+                    outcome = await self._attempt(client, job)
+                finally:
+                    self._sending -= 1
+                await hand_over(outcome)
+        except Exception as e:  # a bug before the hand-over must not lose the lease silently: record the failure
             log.exception("delivery %d: attempt failed unexpectedly", job.delivery_id)
-            outcome = Outcome(job, False, None, f"{type(e).__name__}: {e}", now_us(), 0.0, endpoint_down=False)
-        self._outcomes.put_nowait(outcome)
+            self._outcomes.put_nowait(
+                (Outcome(job, False, None, f"{type(e).__name__}: {e}", now_us(), 0.0, endpoint_down=False), recorded)
+            )
 
     async def _refused(self, url: str) -> str | None:
         """Why the URL's host may not be sent to now (None: it may)."""
@@ -259,7 +305,8 @@ class Dispatcher:
             return f"target refused: {host} {e}"
         return None
 
-    async def _attempt(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> Outcome:
+    async def _attempt(self, client: aiohttp.ClientSession, job: Job) -> Outcome:
+        """One POST of ``job`` (its slot already held): the outcome, never an exception of the request."""
         body = orjson.dumps(job.payload)
         secret = webhook_secret(self.server_key, job.webhook_id, job.salt)
         older = [webhook_secret(self.server_key, job.webhook_id, job.previous_salt)] if job.previous_salt else []
@@ -270,27 +317,23 @@ class Dispatcher:
             "X-Lace-Delivery": str(job.delivery_id),
             "X-Lace-Attempt": str(job.attempt),
         }
-        refused = await self._refused(job.url)
-        if refused is not None:
-            return Outcome(job, False, None, refused, now_us(), 0.0, endpoint_down=False)
-        async with sem:
-            if job.webhook_id in self._open and not job.probe:
-                return Outcome(job, False, None, None, now_us(), 0.0, skipped=True)
-            start = time.perf_counter()
-            headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
-            try:
-                proxy, proxy_auth = env_proxy(job.url)
-                async with client.post(
-                    job.url, data=body, headers=headers, allow_redirects=False, proxy=proxy, proxy_auth=proxy_auth
-                ) as resp:
-                    await resp.read()  # the whole answer, so the connection is kept for the next delivery
-                    crash_point("webhook.after_post")
-                    code: int | None = resp.status
-                ok = 200 <= resp.status < 300
-                err = None if ok else f"HTTP {resp.status}"
-            except Exception as e:  # no answer (refused, timeout, bad URL): retried like a 5xx
-                ok, code, err = False, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            at = now_us()
-            elapsed_ms = (time.perf_counter() - start) * 1e3
+        if self._stopping or (job.webhook_id in self._open and not job.probe):  # its lease is released
+            return Outcome(job, False, None, None, now_us(), 0.0, skipped=True)
+        start = time.perf_counter()
+        headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
+        try:
+            proxy, proxy_auth = env_proxy(job.url)
+            async with client.post(
+                job.url, data=body, headers=headers, allow_redirects=False, proxy=proxy, proxy_auth=proxy_auth
+            ) as resp:
+                await resp.read()  # the whole answer, so the connection is kept for the next delivery
+                crash_point("webhook.after_post")
+                code: int | None = resp.status
+            ok = 200 <= resp.status < 300
+            err = None if ok else f"HTTP {resp.status}"
+        except Exception as e:  # no answer (refused, timeout, bad URL): retried like a 5xx
+            ok, code, err = False, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        at = now_us()
+        elapsed_ms = (time.perf_counter() - start) * 1e3
         down = not ok and is_endpoint_failure(code)
         return Outcome(job, ok, code, err, at, elapsed_ms, endpoint_down=down)

@@ -385,6 +385,45 @@ def test_sigkill_right_after_a_2xx(fresh_db: Database, tmp_path: Path, t0: int) 
     assert sum(keys.values()) - n <= 1, keys
 
 
+def claim_counts(c: httpx.Client) -> tuple[float, float]:
+    """(claims that leased deliveries, deliveries leased) since the service started, from ``GET /metrics``."""
+    values = {
+        line.split(" ")[0]: float(line.split(" ")[1]) for line in c.get("/metrics").text.splitlines() if line[:1] != "#"
+    }
+    return values["lace_delivery_claims_total"], values["lace_deliveries_claimed_total"]
+
+
+def test_claims_are_large_and_each_lease_covers_its_wait(fresh_db: Database, tmp_path: Path, t0: int) -> None:
+    """One attempt in flight (``webhook_concurrency=1``), up to 20 leased (``webhook_batch``): 200 deliveries
+    released at once are leased in claims of 10-20, not one per free slot (200 claims); then 20 deliveries to a
+    receiver that answers after 0.4 s (a 0.5 s timeout) wait up to 8 s for the one slot, longer than a lease of
+    ``timeout + 5`` s: each is sent once, as its lease covers the wait behind the 19 leased before it."""
+    rx = Receiver()
+    rx.start()
+    svc = make_service(fresh_db, tmp_path / "data", webhook_concurrency=1, webhook_batch=20, webhook_timeout_s=0.5)
+    svc.start()
+    try:
+        with svc.client() as c:
+            t, _, wid, _ = setup_hook(c, rx.url)
+            assert c.post(f"/webhooks/{wid}/pause").status_code == 200
+            assert drops(c, t, t0, 200) == 200
+            claims0, claimed0 = claim_counts(c)
+            assert c.post(f"/webhooks/{wid}/resume").status_code == 200
+            assert wait_until(lambda: all_delivered(c, wid, 200), timeout_s=60)
+            claims, claimed = claim_counts(c)
+            assert claimed - claimed0 == 200
+            assert claims - claims0 <= 200 / 10 + 2, (claims - claims0, claimed - claimed0)
+
+            rx.delay_s = 0.4
+            assert drops(c, t, t0 + 10_000, 20, tag="W") == 20
+            assert wait_until(lambda: all_delivered(c, wid, 220), timeout_s=60)
+            assert claim_counts(c)[1] - claimed == 20  # none leased twice
+    finally:
+        svc.stop()
+        rx.stop()
+    assert len(rx.ok()) == 220 and set(per_key(rx).values()) == {1}
+
+
 @pytest.mark.parametrize("database_kind", ["sqlite"], indirect=True)
 def test_deliveries_go_through_the_proxy_of_http_proxy_and_not_for_no_proxy(fresh_db: Database, tmp_path: Path):
     """``HTTP_PROXY`` in the service's environment: a webhook's delivery goes to that proxy (the request for
