@@ -15,6 +15,7 @@ Spark; otherwise the request is by time only and the keys are filtered here.
 """
 from __future__ import annotations
 
+import collections
 import functools
 import operator
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from archive.pushdown import apply_filter
-from archive.ranges import merge_ranges, rows_in
+from archive.ranges import KeyIndex, merge_ranges, rows_in
 from engine.compiler import CompiledQuery
 from engine.events import MAX_TS_US, MIN_TS_US, Event
 from engine.live_archived.plan import Range
@@ -223,16 +224,19 @@ class SparkArchiveSource:
                 continue
             kind = next(iter({t.attributes.get(key_attr or "") for t in etypes.values()})) or ""
             # per archived pattern (the requests of one query share it): the union's rows passing its conditions and
-            # their ends, filtered once per read, not once per request (LLAA's requests come by the dozen)
-            passed: dict[int, tuple[pa.Table, Any]] = {}
-            for i, ask, where in zip(members, asks, wheres):
+            # their ends, filtered once per read, not once per request (LLAA's requests come by the dozen); with two
+            # or more requests, their rows grouped by key and ordered by end once (KeyIndex), each request then cut
+            # by binary search instead of a pass over every row
+            pids = [id(requests[i].pattern) if where is not either else 0 for i, where in zip(members, wheres)]
+            uses = collections.Counter(pids)
+            passed: dict[int, tuple[pa.Table, Any, KeyIndex | None]] = {}
+            for i, ask, where, pid in zip(members, asks, wheres, pids):
                 if not ask:
                     continue
-                pid = id(requests[i].pattern) if where is not either else 0
                 if pid not in passed:
                     mine = apply_filter(table, where) if where is not either else table
-                    passed[pid] = (mine, None)
-                mine, ends = passed[pid]
+                    passed[pid] = (mine, None, None)
+                mine, ends, index = passed[pid]
                 if keep is not None:  # keys the archive could not select by: the caller filters, as alone
                     out[i] = (mine, {k: [_clamp(r) for r in rs] for k, rs in ask.items()})
                     continue
@@ -241,10 +245,18 @@ class SparkArchiveSource:
                     continue
                 if ends is None:
                     ends = _ends(mine)
-                    passed[pid] = (mine, ends)
-                keys = None if None in typed else mine.column(key_attr)
-                mask = rows_in(ends, keys, {k: [_clamp(r) for r in rs] for k, rs in typed.items()})
-                out[i] = (mine.filter(pa.array(mask)), None)
+                    passed[pid] = (mine, ends, None)
+                clamped = {k: [_clamp(r) for r in rs] for k, rs in typed.items()}
+                if None in typed:
+                    out[i] = (mine.filter(pa.array(rows_in(ends, None, clamped))), None)
+                    continue
+                if index is None and uses[pid] > 1:
+                    index = KeyIndex(ends, mine.column(key_attr))
+                    passed[pid] = (mine, ends, index)
+                if index is not None:
+                    out[i] = (mine.take(pa.array(index.rows(clamped))), None)
+                else:
+                    out[i] = (mine.filter(pa.array(rows_in(ends, mine.column(key_attr), clamped))), None)
         return out
 
     def _where(self, pattern: Pattern | None, etypes: Mapping[str, EventType]) -> pc.Expression | None:

@@ -151,3 +151,55 @@ def rows_in(ends: np.ndarray, keys: pa.Array | pa.ChunkedArray | None, request: 
         hit |= (row_ts >= los[row_slot]) & (row_ts < his[row_slot])
     out[rows] = hit
     return out
+
+
+class KeyIndex:
+    """The rows of one table grouped by key, each key's rows ordered by end: the rows of many requests over the
+    same rows, each in ``O(ranges * log n + rows answered)`` instead of :func:`rows_in`'s ``O(n)`` per request
+    (issue 25: a shared read answers dozens of one query's requests from one union of rows).
+
+    Parameters
+    ----------
+    ends : numpy.ndarray
+        The rows' ends, int64 microseconds UTC.
+    keys : pyarrow.Array or pyarrow.ChunkedArray
+        The rows' key values (a null key is in no request).
+
+    >>> import pyarrow as pa
+    >>> ix = KeyIndex(np.array([5, 1, 7, 3, 9]), pa.array(["a", "b", "a", None, "b"]))
+    >>> ix.rows({"a": [(0, 6)], "b": [(0, 2), (8, 10)], "c": [(0, 99)]}).tolist()
+    [0, 1, 4]
+    >>> bool((ix.rows({"a": [(0, 99)]}) == np.flatnonzero(rows_in(ix.ends, ix.keys, {"a": [(0, 99)]}))).all())
+    True
+    """
+
+    def __init__(self, ends: np.ndarray, keys: pa.Array | pa.ChunkedArray) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        self.ends, self.keys = ends, keys
+        flat = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
+        enc = pc.dictionary_encode(flat)
+        codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        self._code = {v: i for i, v in enumerate(enc.dictionary.to_pylist())}
+        self._order = np.lexsort((ends, codes))  # by key code, then by end (stable: row order among equal ends)
+        self._ends = ends[self._order]
+        self._starts = np.searchsorted(codes[self._order], np.arange(len(self._code) + 1), side="left")
+
+    def rows(self, request: Request) -> np.ndarray:
+        """Ascending row numbers (int64) of the rows whose end lies in the ranges ``request`` gives their key
+        (keys typed like the index's key values; ranges half-open; a key's ranges may overlap)."""
+        parts: list[np.ndarray] = []
+        for k, rs in request.items():
+            c = self._code.get(k)
+            if c is None:
+                continue
+            a, b = int(self._starts[c]), int(self._starts[c + 1])
+            seg = self._ends[a:b]
+            for lo, hi in rs:
+                i, j = np.searchsorted(seg, lo, side="left"), np.searchsorted(seg, hi, side="left")
+                if i < j:
+                    parts.append(self._order[a + i : a + j])
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        return np.unique(np.concatenate(parts))
