@@ -212,7 +212,8 @@ class Dispatcher:
             task.add_done_callback(self._inflight.discard)
 
     async def _record_loop(self) -> None:
-        """Commit outcomes as they come: each wait ends with all that queued meanwhile (no added delay)."""
+        """Commit outcomes as they come: each wait ends with all that queued meanwhile (at most ``MARK_LINGER_S``
+        more while other attempts are in flight)."""
         while True:
             first = await self._outcomes.get()
             if first is not None and self._sending > self._outcomes.qsize() + 1:
