@@ -166,10 +166,11 @@ class KeyIndex:
         The rows' key values (a null key is in no request).
 
     >>> import pyarrow as pa
-    >>> ix = KeyIndex(np.array([5, 1, 7, 3, 9]), pa.array(["a", "b", "a", None, "b"]))
+    >>> ends, keys = np.array([5, 1, 7, 3, 9]), pa.array(["a", "b", "a", None, "b"])
+    >>> ix = KeyIndex(ends, keys)
     >>> ix.rows({"a": [(0, 6)], "b": [(0, 2), (8, 10)], "c": [(0, 99)]}).tolist()
     [0, 1, 4]
-    >>> bool((ix.rows({"a": [(0, 99)]}) == np.flatnonzero(rows_in(ix.ends, ix.keys, {"a": [(0, 99)]}))).all())
+    >>> bool((ix.rows({"a": [(0, 99)]}) == np.flatnonzero(rows_in(ends, keys, {"a": [(0, 99)]}))).all())
     True
     """
 
@@ -177,7 +178,6 @@ class KeyIndex:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        self.ends, self.keys = ends, keys
         flat = keys.combine_chunks() if isinstance(keys, pa.ChunkedArray) else keys
         enc = pc.dictionary_encode(flat)
         codes = pc.fill_null(enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)

@@ -62,8 +62,8 @@ __all__ = ["Dispatcher", "backoff_s"]
 log = logging.getLogger(__name__)
 
 MARK_LINGER_S = 0.002
-"""How long the recorder waits, once an outcome is queued while other attempts are in flight, for their answers to
-join the same commit (a commit costs about the same for 1 outcome as for 30)."""
+"""How long the recorder waits, once an outcome is queued while more attempts are unanswered than answers wait with
+it, for their outcomes to join the same commit (a commit costs about the same for 1 outcome as for 30)."""
 
 
 def env_proxy(url: str) -> tuple[yarl.URL | None, aiohttp.BasicAuth | None]:
@@ -187,10 +187,11 @@ class Dispatcher:
 
         Claims are large (a claim and its outcomes' marks cost ~5 ms of SQLAlchemy and a commit each, whatever
         their size: claiming only the free sending slots made claims of ~16 under load, 1.2-1.7 ms of CPU per
-        delivery); at least ``webhook_concurrency`` jobs stay queued while the next claim runs, so sending never
-        waits for it. A lease covers a job's wait for a slot behind every job leased with or before it (each
-        wave of ``webhook_concurrency`` attempts takes at most ``webhook_timeout_s``), or the delivery would be
-        claimed and sent again while it waits."""
+        delivery); when ``webhook_batch`` is at least twice ``webhook_concurrency`` (the defaults: 200 and 64),
+        enough jobs stay queued to fill every slot while the next claim runs, so sending does not wait for it. A
+        lease covers a job's wait for a slot behind every job leased with or before it (each wave of
+        ``webhook_concurrency`` attempts takes at most ``webhook_timeout_s``), or the delivery would be claimed
+        and sent again while it waits."""
         s = self.settings
         outstanding = len(self._inflight)
         if outstanding > s.webhook_batch // 2:
@@ -212,12 +213,12 @@ class Dispatcher:
             task.add_done_callback(self._inflight.discard)
 
     async def _record_loop(self) -> None:
-        """Commit outcomes as they come: each wait ends with all that queued meanwhile (at most ``MARK_LINGER_S``
-        more while other attempts are in flight)."""
+        """Commit outcomes as they come: each wait ends with all that queued meanwhile, after at most
+        ``MARK_LINGER_S`` more when more attempts are still unanswered than answers already wait with it."""
         while True:
             first = await self._outcomes.get()
             if first is not None and self._sending > self._outcomes.qsize() + 1:
-                await asyncio.sleep(MARK_LINGER_S)  # answers of the other attempts in flight join this commit
+                await asyncio.sleep(MARK_LINGER_S)  # those unanswered attempts' outcomes may join this commit
             batch = [first] if first is not None else []
             while not self._outcomes.empty():
                 nxt = self._outcomes.get_nowait()
