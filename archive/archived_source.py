@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import functools
 import operator
+import threading
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,8 @@ MIN_US = MIN_TS_US  # Spark timestamps start at 0001-01-01
 MAX_US = MAX_TS_US
 Answer = tuple["pa.Table | None", "dict[Hashable, list[Range]] | None"]
 """What an archive request gets: ``(table, keep)`` (:meth:`SparkArchiveSource.extract_table`)."""
+WHERES_KEPT = 256
+"""The most (pattern, event types) pairs whose pushed-down WHERE :meth:`SparkArchiveSource._where` keeps."""
 EXACT_SELECTIVITY_BELOW = 1_000  # archived events: below this, selectivity is computed exactly here
 
 
@@ -137,6 +140,8 @@ class SparkArchiveSource:
         self.stats = stats if stats is not None else ArchiveStats(extractor)
         self.before_read = before_read
         self.requests = 0
+        self._wheres: dict[tuple[int, ...], tuple[Any, tuple[EventType, ...], pc.Expression | None]] = {}
+        self._wheres_lock = threading.Lock()
 
     def _known(self, types: Iterable[str]) -> dict[str, EventType]:
         catalog = self.extractor.reader.types()
@@ -217,7 +222,10 @@ class SparkArchiveSource:
             for ask in asks:
                 for k, rs in ask.items():
                     union.setdefault(k, []).extend(rs)
-            either = None if any(w is None for w in wheres) else functools.reduce(operator.or_, wheres)
+            # each distinct condition once (one query's requests share theirs, :meth:`_where`): an OR of a read's
+            # dozens of copies of one condition was evaluated over every row
+            distinct = list({id(w): w for w in wheres}.values())
+            either = None if any(w is None for w in distinct) else functools.reduce(operator.or_, distinct)
             table, keep = self._read(etypes, {k: merge_ranges(rs) for k, rs in union.items()}, key_attr, either)
             self.requests += len(members) - 1  # one per request it answers (the read counted one)
             if table is None:
@@ -260,13 +268,29 @@ class SparkArchiveSource:
         return out
 
     def _where(self, pattern: Pattern | None, etypes: Mapping[str, EventType]) -> pc.Expression | None:
-        """The single-event conditions of ``pattern`` over ``etypes``' rows (None: no filter)."""
+        """The single-event conditions of ``pattern`` over ``etypes``' rows (None: no filter).
+
+        Kept per (pattern, event types) object pair (:data:`WHERES_KEPT` of them): a query's requests all name
+        its one archived pattern, and building the expression again for each of a read's dozens of LLAA requests
+        was a fifth of the read's CPU (issue 25). A changed catalog gives new ``EventType`` objects, so a schema
+        change builds it again."""
         if pattern is None or not etypes:
             return None
         from archive.pushdown import single_event_filter
 
         ast = pattern.ast if isinstance(pattern, CompiledQuery) else pattern
-        return single_event_filter(ast, list(etypes.values()))
+        types = tuple(etypes.values())
+        at = (id(ast), *map(id, types))
+        with self._wheres_lock:
+            hit = self._wheres.get(at)
+        if hit is not None and hit[0] is ast and all(a is b for a, b in zip(hit[1], types)):
+            return hit[2]
+        where = single_event_filter(ast, list(types))
+        with self._wheres_lock:
+            if len(self._wheres) >= WHERES_KEPT:
+                self._wheres.clear()
+            self._wheres[at] = (ast, types, where)  # the objects are kept with it: their ids are not reused meanwhile
+        return where
 
     def _read(
         self, etypes: Mapping[str, EventType], request: dict[Hashable, list[Range]], key_attr: str | None,

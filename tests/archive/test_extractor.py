@@ -218,3 +218,43 @@ def test_requests_read_together_each_get_what_they_get_alone(loaded, spark, loca
     assert sum(map(len, alone)) > 0 and sum(1 for a in alone if a) > len(requests) // 2
     groups = {(r.types, r.key_attr, r.keys is not None or isinstance(r.ranges, dict)) for r in requests}
     assert 0 < len(reads) <= len(groups) < len(requests)  # one read (at most one Spark job) per set of types
+
+
+def test_requests_of_one_pattern_are_read_with_its_condition_once(loaded, spark, local_read_bytes):
+    """A read answering many requests of one query (LLAA's come by the dozen) filters with that query's condition,
+    not an OR of one copy per request (which Arrow evaluated over every row, issue 25), and each request still gets
+    what it gets alone."""
+    from archive.archived_source import Extract, SparkArchiveSource, keep_requested
+    from engine.compiler import compile_query
+
+    writer, _ = loaded
+    ex = Extractor(ArchiveReader(writer.root, spark=spark), buffer=writer.buffer, local_read_bytes=local_read_bytes)
+    source = SparkArchiveSource(ex)
+    pattern = compile_query("PATTERN SEQ(traffic c) WHERE c.ok = TRUE AND c.speed < 40")
+    rng = random.Random(26)
+    requests = []
+    for _ in range(16):
+        keys, ranges = random_request(rng)
+        keyed = keys is not None or isinstance(ranges, dict)
+        requests.append(Extract(("traffic",), None if keys is None else tuple(keys), ranges, "key" if keyed else None,
+                                pattern))
+
+    def events_of(answer, request):
+        table, keep = answer
+        evs = [] if table is None else output_to_events(table)
+        evs = evs if keep is None else keep_requested(evs, keep, request.key_attr)
+        return sorted((e.id, e.type) for e in evs)
+
+    alone = [
+        events_of(source.extract_table(r.types, r.keys, r.ranges, key_attr=r.key_attr, pattern=r.pattern), r)
+        for r in requests
+    ]
+    wheres = []
+    extract = ex.extract
+    ex.extract = lambda *a, **kw: wheres.append(kw["where"]) or extract(*a, **kw)  # type: ignore[method-assign]
+    together = source.extract_tables(requests)
+    assert [events_of(a, r) for a, r in zip(together, requests)] == alone
+    assert sum(map(len, alone)) > 0
+    own = source._where(pattern, source._known(["traffic"]))
+    assert own is not None and own is source._where(pattern, source._known(["traffic"]))  # built once, kept
+    assert wheres and all(w.equals(own) for w in wheres), [str(w) for w in wheres]
