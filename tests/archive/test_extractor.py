@@ -181,7 +181,7 @@ def test_a_one_event_archived_pattern_filters_rows_before_they_become_events(loa
 def test_requests_read_together_each_get_what_they_get_alone(loaded, spark, local_read_bytes):
     """Issue 25's shared job: requests of several queries answered by one read per set of types (the union of
     keys and ranges, patterns OR-ed), each handed exactly the events it gets alone, in one Spark job per set."""
-    from archive.archived_source import Extract, SparkArchiveSource, keep_requested
+    from archive.archived_source import Extract, SparkArchiveSource
     from engine.compiler import compile_query
 
     writer, _ = loaded
@@ -200,21 +200,12 @@ def test_requests_read_together_each_get_what_they_get_alone(loaded, spark, loca
             rng.choice(patterns) if types == ("traffic",) else None,
         ))
 
-    def events_of(answer, request):
-        table, keep = answer
-        evs = [] if table is None else output_to_events(table)
-        evs = evs if keep is None else keep_requested(evs, keep, request.key_attr)
-        return sorted((e.id, e.type) for e in evs)
-
-    alone = [
-        events_of(source.extract_table(r.types, r.keys, r.ranges, key_attr=r.key_attr, pattern=r.pattern), r)
-        for r in requests
-    ]
+    alone = [_events_of(_alone(source, r), r) for r in requests]
     reads = []
     extract = ex.extract
     ex.extract = lambda *a, **kw: reads.append(a[0]) or extract(*a, **kw)  # type: ignore[method-assign]
     together = source.extract_tables(requests)
-    assert [events_of(a, r) for a, r in zip(together, requests)] == alone
+    assert [_events_of(a, r) for a, r in zip(together, requests)] == alone
     assert sum(map(len, alone)) > 0 and sum(1 for a in alone if a) > len(requests) // 2
     groups = {(r.types, r.key_attr, r.keys is not None or isinstance(r.ranges, dict)) for r in requests}
     assert 0 < len(reads) <= len(groups) < len(requests)  # one read (at most one Spark job) per set of types
@@ -224,7 +215,7 @@ def test_requests_of_one_pattern_are_read_with_its_condition_once(loaded, spark,
     """A read answering many requests of one query (LLAA's come by the dozen) filters with that query's condition,
     not an OR of one copy per request (which Arrow evaluated over every row, issue 25), and each request still gets
     what it gets alone."""
-    from archive.archived_source import Extract, SparkArchiveSource, keep_requested
+    from archive.archived_source import Extract, SparkArchiveSource
     from engine.compiler import compile_query
 
     writer, _ = loaded
@@ -239,22 +230,29 @@ def test_requests_of_one_pattern_are_read_with_its_condition_once(loaded, spark,
         requests.append(Extract(("traffic",), None if keys is None else tuple(keys), ranges, "key" if keyed else None,
                                 pattern))
 
-    def events_of(answer, request):
-        table, keep = answer
-        evs = [] if table is None else output_to_events(table)
-        evs = evs if keep is None else keep_requested(evs, keep, request.key_attr)
-        return sorted((e.id, e.type) for e in evs)
-
-    alone = [
-        events_of(source.extract_table(r.types, r.keys, r.ranges, key_attr=r.key_attr, pattern=r.pattern), r)
-        for r in requests
-    ]
+    alone = [_events_of(_alone(source, r), r) for r in requests]
     wheres = []
     extract = ex.extract
     ex.extract = lambda *a, **kw: wheres.append(kw["where"]) or extract(*a, **kw)  # type: ignore[method-assign]
     together = source.extract_tables(requests)
-    assert [events_of(a, r) for a, r in zip(together, requests)] == alone
+    assert [_events_of(a, r) for a, r in zip(together, requests)] == alone
     assert sum(map(len, alone)) > 0
     own = source._where(pattern, source._known(["traffic"]))
     assert own is not None and own is source._where(pattern, source._known(["traffic"]))  # built once, kept
     assert wheres and all(w.equals(own) for w in wheres), [str(w) for w in wheres]
+
+
+def _alone(source, request):
+    """``request`` answered on its own (:meth:`SparkArchiveSource.extract_table`)."""
+    r = request
+    return source.extract_table(r.types, r.keys, r.ranges, key_attr=r.key_attr, pattern=r.pattern)
+
+
+def _events_of(answer, request):
+    """The ``(id, type)`` of an answer's events, as the requesting query sees them (``keep`` applied), sorted."""
+    from archive.archived_source import keep_requested
+
+    table, keep = answer
+    evs = [] if table is None else output_to_events(table)
+    evs = evs if keep is None else keep_requested(evs, keep, request.key_attr)
+    return sorted((e.id, e.type) for e in evs)
