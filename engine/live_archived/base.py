@@ -28,7 +28,8 @@ from engine.matcher import LateEventError, Matcher
 from engine.pm.store import PartialMatchStore
 
 MIN_TS = -(1 << 62)
-_NONE: dict[str, tuple[Event, ...]] = {}
+NO_EVENTS: dict[str, tuple[Event, ...]] = {}
+"""No events bound: the other side's argument when one side of a JOIN equality is evaluated alone."""
 
 
 @dataclass(slots=True)
@@ -351,14 +352,18 @@ class Runner:
         out += matcher.flush()
         return out
 
-    def join(self, inst: LiveInstance, candidates: Iterable[Match], out: list[Match]) -> None:
+    def join(
+        self, inst: LiveInstance, candidates: Iterable[Match], out: list[Match], *, equi_checked: bool = False
+    ) -> None:
         """Join ``inst`` with the archived ``candidates`` that lie in its access range; append the results.
 
         Every algorithm calls this exactly once per completed live instance, with every archived
         instance that may join it, so the grouped form (:attr:`LiveArchivedPlan.grouped`) is built
         here: one result (:meth:`LiveArchivedPlan.group`) when at least one candidate joins, else
         none; the pairwise form appends one result per joined pair. One delay sample per result.
-        With a key plan, ``candidates`` must all have ``inst``'s key (requested or kept by key).
+        With a key plan, ``candidates`` must all have ``inst``'s key (requested or kept by key); ``equi_checked``
+        (with a key plan): the caller took them by JOIN's equalities too (:attr:`LiveArchivedPlan.join_equi`, a hash
+        join: SLLAA), so only the other conjuncts are evaluated here.
         """
         plan = self.plan
         start = inst.match.start
@@ -366,21 +371,21 @@ class Runner:
         keyed = plan.key is not None  # every algorithm takes an instance's candidates from its key
         tried = 0
         joined: list[Match] = []
-        equi = plan.join_equi if keyed else ()
+        equi = plan.join_equi if keyed and not equi_checked else ()
+        rest_only = keyed and bool(plan.join_equi)  # equalities checked apart from joins(), here or by the caller
         if equi:  # each side of an equality once: the live one here, the archived one per archived instance
             live_events = inst.match.events
-            wanted = [e.live(live_events, _NONE, None) for e in equi]
+            wanted = [e.live(live_events, NO_EVENTS, None) for e in equi]
             hopeless = any(v is None for v in wanted)
         for j in candidates:
             if not qualifies(start, j):
                 continue
             tried += 1
-            if equi:
-                if hopeless or not all(g is not None and bool(w == g) for w, g in zip(wanted, self._equi_values(j))):
-                    continue
-                if joins(inst.match, j, same_key=True, equi_checked=True):
-                    joined.append(j)
-            elif joins(inst.match, j, same_key=keyed):
+            if equi and (
+                hopeless or not all(g is not None and bool(w == g) for w, g in zip(wanted, self._equi_values(j)))
+            ):
+                continue
+            if joins(inst.match, j, same_key=keyed, equi_checked=rest_only):
                 joined.append(j)
         self.counters.join_pairs_tried += tried
         if not joined:
@@ -407,7 +412,7 @@ class Runner:
             if hit is not None and hit[0] is j:
                 return hit[1]
         b = j.events
-        got = tuple(e.archived(_NONE, b, None) for e in self.plan.join_equi)
+        got = tuple(e.archived(NO_EVENTS, b, None) for e in self.plan.join_equi)
         if cache is not None:
             memo = self.archived_memo  # a cache implies the memo
             if memo is not None and len(cache) >= memo.max_events:

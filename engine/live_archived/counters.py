@@ -57,7 +57,8 @@ class RunCounters:
     archived_instances : int
         Matches of ``P_A`` found over what was scanned (an instance found by two requests counts twice).
     join_pairs_tried : int
-        (live, archived) pairs whose JOIN was evaluated.
+        (live, archived) pairs whose JOIN was evaluated (SLLAA's hash join on JOIN's equalities tries only the pairs
+        whose values are equal).
     results : int
         Results emitted: joined pairs, or live instances in the grouped form (one per live instance
         that joins something, :attr:`engine.live_archived.plan.LiveArchivedPlan.grouped`).

@@ -19,12 +19,17 @@ from __future__ import annotations
 import bisect
 from collections.abc import Hashable
 
-from engine.live_archived.base import LiveInstance, Runner
+from engine.live_archived.base import NO_EVENTS, LiveInstance, Runner
 from engine.live_archived.plan import NO_KEY, LiveArchivedPlan, Range, merge_ranges
 from engine.live_archived.source import ArchiveSource
 from engine.match import Match
 
 DEFAULT_MAX_BATCH = 1000
+
+
+def _null(value: object) -> bool:
+    """A JOIN equality with this side never holds (null, or NaN: ``NaN == NaN`` is false, as in WHERE)."""
+    return value is None or value != value
 
 
 class SLLAA(Runner):
@@ -127,25 +132,61 @@ class SLLAA(Runner):
             return out
         request = {k: merge_ranges(v) for k, v in ranges.items()}
         events = self.request(None, request) if keyed else self.request(None, request[None])
+        found = self.match_archived(events)
+        hashed = keyed and bool(plan.join_equi)
+        try:
+            index = self._index(found, hashed)
+        except TypeError:  # an unhashable value (a list attribute): its equalities are compared pair by pair
+            hashed = False
+            index = self._index(found, hashed)
+        with self.lock:
+            for i, inst, key, (lo, hi) in wanted:
+                bucket = None
+                if not hashed:
+                    bucket = index.get(key)
+                else:
+                    live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
+                    if not any(_null(v) for v in live):
+                        try:
+                            bucket = index.get((key, live))
+                        except TypeError:
+                            pass  # unhashable here, every archived side hashable: no equality holds
+                if bucket is None:
+                    continue
+                order, items = bucket
+                a = bisect.bisect_left(order, (lo, -1))
+                b = bisect.bisect_left(order, (hi, -1))
+                self.join(inst, items[a:b], out[i], equi_checked=hashed)
+        return out
+
+    def _index(self, found: list[Match], hashed: bool) -> dict[Hashable, tuple[list[tuple[int, int]], list[Match]]]:
+        """The archived instances ``found`` by archive key and, when ``hashed``, by their archived sides of JOIN's
+        equalities too (:attr:`LiveArchivedPlan.join_equi`: a hash join, a live instance meets only the archived
+        instances with its own values; those with a null side join nothing and are left out); each bucket as
+        ``(order, items)`` in ``(start, position)`` order, for the search by access range.
+
+        Raises
+        ------
+        TypeError
+            With ``hashed``, for an unhashable archived value.
+        """
+        plan = self.plan
         index: dict[Hashable, tuple[list[tuple[int, int]], list[Match]]] = {}
-        for n, j in enumerate(self.match_archived(events)):
-            order, items = index.setdefault(plan.archived_key(j), ([], []))
+        for n, j in enumerate(found):
+            at: Hashable = plan.archived_key(j)
+            if hashed:
+                values = self._equi_values(j)
+                if any(_null(v) for v in values):
+                    continue
+                at = (at, values)
+            order, items = index.setdefault(at, ([], []))
             order.append((j.start, n))
             items.append(j)
         for order, items in index.values():
             perm = sorted(range(len(order)), key=order.__getitem__)
             order[:] = [order[p] for p in perm]
             items[:] = [items[p] for p in perm]
-        with self.lock:
-            for i, inst, key, (lo, hi) in wanted:
-                bucket = index.get(key)
-                if bucket is None:
-                    continue
-                order, items = bucket
-                a = bisect.bisect_left(order, (lo, -1))
-                b = bisect.bisect_left(order, (hi, -1))
-                self.join(inst, items[a:b], out[i])
-        return out
+        return index
 
     def stats(self) -> dict[str, object]:
         d = super().stats()
