@@ -534,6 +534,9 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(level=spec.log_level, format=f"%(asctime)s lace-la-{spec.query_id} %(levelname)s %(message)s")
+    from service.core.gc_tuning import tune
+
+    tune()  # a large long-lived heap (the memo), many short-lived objects: fewer full collections
     from engine.detector import make_detector
     from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 
