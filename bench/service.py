@@ -328,10 +328,14 @@ def live_archived_run(args: argparse.Namespace) -> int:
                 result["query_stats"] = stats
                 print(json.dumps({k: v for k, v in result.items() if k != "query_stats"}), flush=True)
                 cpu_before = process_cpu(svc.proc.pid)
+                delivered_before = len(rx.received)
                 wall = post_lines(c, fast, args.batch)
                 result["ingest_with_queries"] = {
                     "queries": len(ids), "events": len(fast), "events_per_s": round(len(fast) / wall), "load": _load(),
                     "cpu_s_while_posting": _cpu_since(cpu_before, svc.proc.pid),
+                    # the service delivers (and this process receives) the results of the events posted so far while
+                    # it ingests: their number says how much of that work fell in the measured window
+                    "alerts_delivered_while_posting": len(rx.received) - delivered_before,
                 }
         finally:
             svc.stop(timeout_s=120)
