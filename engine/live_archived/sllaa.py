@@ -16,12 +16,12 @@ with ``n`` subwindows instead of ``N_InstL`` requests.
 """
 from __future__ import annotations
 
-import bisect
 from collections.abc import Hashable
 
 from engine.live_archived.base import NO_EVENTS, LiveInstance, Runner
 from engine.live_archived.plan import NO_KEY, LiveArchivedPlan, Range, merge_ranges
 from engine.live_archived.source import ArchiveSource
+from engine.live_archived.store import InstanceStore
 from engine.match import Match
 
 DEFAULT_MAX_BATCH = 1000
@@ -135,35 +135,30 @@ class SLLAA(Runner):
         found = self.match_archived(events)
         hashed = keyed and bool(plan.join_equi)
         try:
-            index = self._index(found, hashed)
+            store = self._index(found, hashed)
         except TypeError:  # an unhashable value (a list attribute): its equalities are compared pair by pair
             hashed = False
-            index = self._index(found, hashed)
+            store = self._index(found, hashed)
         with self.lock:
             for i, inst, key, (lo, hi) in wanted:
-                bucket = None
-                if not hashed:
-                    bucket = index.get(key)
-                else:
+                at: Hashable = key
+                if hashed:
                     live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
-                    if not any(_null(v) for v in live):
-                        try:
-                            bucket = index.get((key, live))
-                        except TypeError:
-                            pass  # unhashable here, every archived side hashable: no equality holds
-                if bucket is None:
+                    if any(_null(v) for v in live):
+                        continue
+                    at = (key, live)
+                try:
+                    candidates = store.candidates(at, lo, hi)
+                except TypeError:  # unhashable here, every archived side hashable: no equality holds
                     continue
-                order, items = bucket
-                a = bisect.bisect_left(order, (lo, -1))
-                b = bisect.bisect_left(order, (hi, -1))
-                self.join(inst, items[a:b], out[i], equi_checked=hashed)
+                self.join(inst, candidates, out[i], equi_checked=hashed)
         return out
 
-    def _index(self, found: list[Match], hashed: bool) -> dict[Hashable, tuple[list[tuple[int, int]], list[Match]]]:
+    def _index(self, found: list[Match], hashed: bool) -> InstanceStore:
         """The archived instances ``found`` by archive key and, when ``hashed``, by their archived sides of JOIN's
         equalities too (:attr:`LiveArchivedPlan.join_equi`: a hash join, a live instance meets only the archived
-        instances with its own values; those with a null side join nothing and are left out); each bucket as
-        ``(order, items)`` in ``(start, position)`` order, for the search by access range.
+        instances with its own values; those with a null side join nothing and are left out), each key's in start
+        order for the search by access range.
 
         Raises
         ------
@@ -171,22 +166,15 @@ class SLLAA(Runner):
             With ``hashed``, for an unhashable archived value.
         """
         plan = self.plan
-        index: dict[Hashable, tuple[list[tuple[int, int]], list[Match]]] = {}
-        for n, j in enumerate(found):
-            at: Hashable = plan.archived_key(j)
-            if hashed:
-                values = self._equi_values(j)
-                if any(_null(v) for v in values):
-                    continue
-                at = (at, values)
-            order, items = index.setdefault(at, ([], []))
-            order.append((j.start, n))
-            items.append(j)
-        for order, items in index.values():
-            perm = sorted(range(len(order)), key=order.__getitem__)
-            order[:] = [order[p] for p in perm]
-            items[:] = [items[p] for p in perm]
-        return index
+        store = InstanceStore(plan)
+        for j in found:
+            if not hashed:
+                store.add(j)
+                continue
+            values = self._equi_values(j)
+            if not any(_null(v) for v in values):
+                store.add_under((plan.archived_key(j), values), j)
+        return store
 
     def stats(self) -> dict[str, object]:
         d = super().stats()

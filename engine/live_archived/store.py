@@ -32,10 +32,21 @@ class InstanceStore:
         self.size = 0
 
     def add(self, j: Match) -> None:
-        """Keep archived instance ``j``."""
-        bucket = self._by_key.get(self.plan.archived_key(j))
+        """Keep archived instance ``j`` under its archive key."""
+        self.add_under(self.plan.archived_key(j), j)
+
+    def add_under(self, key: Hashable, j: Match) -> None:
+        """Keep archived instance ``j`` under ``key`` (SLLAA's hash join: its archive key with its JOIN equality
+        values).
+
+        Raises
+        ------
+        TypeError
+            For an unhashable ``key``.
+        """
+        bucket = self._by_key.get(key)
         if bucket is None:
-            bucket = self._by_key[self.plan.archived_key(j)] = ([], [])
+            bucket = self._by_key[key] = ([], [])
         order, items = bucket
         k = (j.start, next(self._seq))
         if not order or k > order[-1]:
@@ -48,7 +59,13 @@ class InstanceStore:
         self.size += 1
 
     def candidates(self, key: Hashable, lo_us: int, hi_us: int) -> Iterator[Match]:
-        """Instances of ``key`` whose start lies in ``[lo_us, hi_us)``."""
+        """Instances of ``key`` whose start lies in ``[lo_us, hi_us)``, in start order (then the order kept).
+
+        Raises
+        ------
+        TypeError
+            For an unhashable ``key``.
+        """
         bucket = self._by_key.get(key)
         if bucket is None:
             return iter(())
