@@ -525,6 +525,22 @@ def rows_to_events(table: Any, memo: ArchivedMemo) -> list[Event]:
     return [next(converted) if e is None else e for e in known]
 
 
+def warm_answers() -> None:
+    """Import what the child's first archive answer needs (:meth:`RemoteSource.extract`: pyarrow, its IPC reader,
+    ``archive.schema``, and pandas, which pyarrow imports on its first conversion from Python objects, here the
+    ``take`` of :func:`rows_to_events`), so the child does it while it starts, before it reports ready.
+
+    Without it every query process paid the import at its first answer: with ten queries all at once, at the start
+    of the stream (issue 25's (b): ~18 % of an SLLAA process's GIL samples over its first minute, on a slow machine;
+    ~0.5 s of CPU per process on a quiet one)."""
+    import pyarrow as pa
+    import pyarrow.ipc  # noqa: F401
+
+    import archive.schema  # noqa: F401
+
+    pa.array([0]).take(pa.array([0]))
+
+
 def child_main(conn: Connection, spec: ChildSpec) -> None:
     """The child process: build the runner and a :class:`LiveArchivedWorker`, serve the pipe until it closes.
 
@@ -537,6 +553,7 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
     from service.core.gc_tuning import tune
 
     tune()  # a large long-lived heap (the memo), many short-lived objects: fewer full collections
+    warm_answers()
     from engine.detector import make_detector
     from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 
@@ -605,4 +622,4 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
     os._exit(0)  # daemon threads may wait on the pipe or the pool: leave at once
 
 
-__all__ = ["ChildSpec", "ProcessWorker", "RemoteSource", "child_main"]
+__all__ = ["ChildSpec", "ProcessWorker", "RemoteSource", "child_main", "warm_answers"]

@@ -290,3 +290,36 @@ def test_rows_a_request_brought_before_become_the_remembered_events() -> None:
     assert [(e.id, e.type, e.ts, e.ts_end, e.attrs) for e in again] == [
         (e.id, e.type, e.ts, e.ts_end, e.attrs) for e in plain
     ]
+
+
+def test_a_warmed_query_process_imports_nothing_at_its_first_answer() -> None:
+    """After :func:`warm_answers` (a query process calls it while it starts), turning an archive answer (Arrow IPC
+    bytes) into events, as :meth:`RemoteSource.extract` does, imports no module: the first answer of each of ten
+    query processes no longer pays for pyarrow's and pandas' imports at the start of the stream (issue 25)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent("""
+        import sys
+        from service.live.la_process import warm_answers
+        warm_answers()
+        before = set(sys.modules)
+        import pyarrow as pa
+        from archive.archived_source import keep_requested
+        from archive.schema import output_to_events
+        from engine.live_archived.memo import ArchivedMemo
+        from service.live.la_process import rows_to_events
+        table = pa.table({"id": [1, 2], "type": ["pass"] * 2, "ts": [10, 20], "ts_end": [10, 25], "car": [7, 8]})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            w.write_table(table)
+        answer = pa.ipc.open_stream(sink.getvalue().to_pybytes()).read_all()
+        memo = ArchivedMemo()
+        memo.match(output_to_events(answer.slice(0, 1)), lambda evs: [], None)
+        assert [e.id for e in rows_to_events(answer, memo)] == [1, 2]
+        print(sorted(set(sys.modules) - before))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", f"imported at the first answer: {done.stdout.strip()}"
