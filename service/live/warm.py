@@ -100,14 +100,16 @@ def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | N
         return [], wm
     span = lq.state_span_us()
     since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
-    seen: dict[int, Event] = {}
+    # The recent buffer first, then Delta: a flush commits to Delta and only then drops what it committed from the
+    # buffer, and it does not take the runtime's lock. Read the other way round, a flush between the two reads left
+    # its events in neither (a plan switch under load lost partial matches, and their alerts).
+    seen: dict[int, Event] = {
+        e.id: e for e in rt.archive.buffer.events([t for t in types if t in rt.types]) if e.ts_end >= since
+    }
     for t in sorted(types):
         spec = rt.types.get(t)
         if spec is None:
             continue
         for row in read_rows(rt.archive.root, spec, from_seq=None, since=(0, since)):
-            seen[row.event.id] = row.event
-    for e in rt.archive.buffer.events([t for t in types if t in rt.types]):
-        if e.ts_end >= since:
-            seen.setdefault(e.id, e)
+            seen.setdefault(row.event.id, row.event)
     return sorted(seen.values(), key=Event.order_key), wm
