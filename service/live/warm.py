@@ -102,7 +102,8 @@ def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | N
     since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
     # The recent buffer first, then Delta: a flush commits to Delta and only then drops what it committed from the
     # buffer, and it does not take the runtime's lock. Read the other way round, a flush between the two reads left
-    # its events in neither (a plan switch under load lost partial matches, and their alerts).
+    # its events in neither (a plan switch under load lost partial matches, and their alerts). The same rule as
+    # archive.extractor.Extractor.extract's.
     seen: dict[int, Event] = {
         e.id: e for e in rt.archive.buffer.events([t for t in types if t in rt.types]) if e.ts_end >= since
     }

@@ -320,6 +320,9 @@ def test_a_warmed_query_process_imports_nothing_at_its_first_answer() -> None:
         assert [e.id for e in rows_to_events(answer, memo)] == [1, 2]
         print(sorted(set(sys.modules) - before))
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]  # the script imports the project's modules, whatever pytest's cwd
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"imported at the first answer: {done.stdout.strip()}"
