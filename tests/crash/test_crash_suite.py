@@ -39,8 +39,8 @@ PLANS = {
 }
 
 
-@pytest.fixture(scope="module")
-def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+@pytest.fixture(scope="session")  # not module: the suite runs this module once per database kind (``database_kind``
+def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Outcome:  # is session-scoped), the run is the same
     tmp = tmp_path_factory.mktemp("crash-fault-free")
     with scratch_database("sqlite", tmp) as db:
         return Run(db, tmp / "data", STREAM, []).go()
