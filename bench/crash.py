@@ -10,9 +10,12 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
   SIGKILLs the service's process group, its live-and-archived workers and Spark too): ``ingest.after_wal`` and
   ``ingest.before_alert_commit`` (mid-request), ``archive.flush.before_commit`` and
   ``archive.flush.before_wal_delete`` (mid-archive flush), ``checkpoint.mid_transaction``, ``webhook.after_post``
-  (mid-delivery), ``la.request_submitted`` (archive requests in flight);
+  (mid-delivery), ``la.request_submitted`` (archive requests in flight), ``plan.switch.before_commit``;
 - ``jump``: SIGKILL of the group right after the n-th batch after the 30-day event-time jump is acknowledged;
 - ``end``: SIGKILL of the group right after the n-th end call (counted from 0) is acknowledged;
+- ``switch``: SIGKILL of the group right after the n-th plan switch of the stream (:attr:`Stream.switch_order`,
+  counted from 0) is acknowledged; ``plan.switch.before_commit`` (a crash point) kills inside one, the new plan
+  running and its choice not committed;
 - ``sigterm``: a clean stop before request n (a batch, or an end call).
 
 The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
@@ -63,12 +66,14 @@ POINTS: dict[str, str] = {
     "checkpoint.mid_transaction": "mid-checkpoint: inside the checkpoint transaction",
     "webhook.after_post": "mid-delivery: after the receiver's 2xx, before the delivered mark",
     "la.request_submitted": "archive requests in flight: right after a request is submitted",
+    "plan.switch.before_commit": "mid-plan switch: the new plan running, before its choice commits",
     "jump": "SIGKILL right after the 30-day event-time jump",
     "end": "SIGKILL right after a stream's end (POST /event-types/{name}/end) is acknowledged",
+    "switch": "SIGKILL right after a plan switch (POST /queries/{id}/plan) is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order."""
-HARNESS_POINTS = ("jump", "end", "sigterm")
+HARNESS_POINTS = ("jump", "end", "switch", "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
 MARK = "LACE_CRASH_AT: pass"
 """What the service logs when a crash point fires (service/core/faults.py)."""
@@ -85,8 +90,9 @@ SETTINGS: dict[str, Any] = {
 class Fault:
     """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the
     request (the batches, then the end calls: :attr:`Stream.steps`) before which ``sigterm`` stops the service, how
-    many batches after the jump's ``jump`` kills it, or after which end call (counted from 0) ``end`` kills it (a
-    harness fault waiting behind an earlier one comes at the first request at or after its own)."""
+    many batches after the jump's ``jump`` kills it, after which end call (counted from 0) ``end`` kills it, or after
+    which plan switch (:attr:`Stream.switch_order`, from 0) ``switch`` kills it (a harness fault waiting behind an
+    earlier one comes at the first request at or after its own)."""
 
     point: str
     at: int
@@ -154,6 +160,10 @@ class Run:
         if trace is not None:
             self.svc.env["LACE_CRASH_TRACE"] = str(trace)
         self.marks = 0
+        self.ids: dict[str, int] = {}
+        """Statement name -> query id (the same in every run: registered in the same order on a fresh database)."""
+        self.switched = -1
+        """The last plan switch acknowledged (its index in :attr:`Stream.switch_order`)."""
 
     # ------------------------------------------------------------------ the service's life
 
@@ -225,6 +235,7 @@ class Run:
         for s in STATEMENTS:
             r = c.post("/queries", json={"text": s.text, **s.options})
             assert r.status_code == 201, f"{s.name}: {r.text}"
+            self.ids[s.name] = r.json()["id"]
             if s.alerts:
                 wh = c.post("/webhooks", json={"query_id": r.json()["id"], "url": self.rx.hook_url(s.name)})
                 assert wh.status_code == 201, wh.text
@@ -247,7 +258,8 @@ class Run:
         return r
 
     def post(self, i: int) -> bool:
-        """POST batch ``i``; False when it was not acknowledged (the service died meanwhile)."""
+        """POST batch ``i``, then the plan switches that follow it; False when one was not acknowledged (the service
+        died meanwhile: the step is posted again, batch and switches)."""
         batch = self.stream.batches[i]
         r = self._request(f"batch {i}", "/events", batch)
         if r is None:
@@ -258,6 +270,12 @@ class Run:
         )
         if why:
             self.out.rejected.append(f"batch {i}: {sum(why.values())} refused ({dict(why)})")
+        for n, (at, name, plan) in enumerate(self.stream.switch_order):
+            if at != i:
+                continue
+            if self._request(f"switch {name} to {plan}", f"/queries/{self.ids[name]}/plan", {"plan": plan}) is None:
+                return False
+            self.switched = n
         return True
 
     def end(self, name: str) -> bool:
@@ -338,7 +356,10 @@ class Run:
                     self._gone()
                     continue
                 kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches)}
-                if f is not None and f.point in kill_after and i >= kill_after[f.point] + f.at:
+                if f is not None and (
+                    (f.point in kill_after and i >= kill_after[f.point] + f.at)
+                    or (f.point == "switch" and self.switched >= f.at)
+                ):
                     self.svc.kill()
                     self._fired()
                     self.start()
@@ -476,6 +497,8 @@ def draw(
         return Fault(point, rng.randrange(0, 3))
     if point == "end":
         return Fault(point, rng.randrange(0, len(stream.ends)))
+    if point == "switch":
+        return Fault(point, rng.randrange(0, max(1, len(stream.switch_order))))
     lo = (setup or {}).get(point, 0) + 2 if (setup or {}).get(point) else 1
     return Fault(point, rng.randint(lo, max(lo, passes.get(point, 1))))
 

@@ -21,7 +21,9 @@ The stream is posted in batches of ``batch_s`` seconds of event time, each type 
 by its end); after ``jump_at`` of it event time jumps 30 days ahead. Then every ingested type's stream ends with
 ``POST /event-types/{name}/end`` (:attr:`Stream.ends`): its watermark becomes the end of time, so every window,
 SLLAA subwindow and pending live instance closes (no event is posted to close them). Producer ids make every re-post
-idempotent; an end posted again answers ``already_ended``.
+idempotent; an end posted again answers ``already_ended``. Three plan switches (:data:`SWITCHES`) are posted right
+after given batches, in the same step: a switch not acknowledged is posted again with its batch (switching to the
+plan in use rebuilds the query's state again, losing and repeating nothing).
 """
 from __future__ import annotations
 
@@ -146,18 +148,32 @@ STATEMENTS: list[Statement] = [
 """Registered in this order (emitters before their readers) on a fresh database, so query ids, and the derived
 event ids hashed from them, are the same in every run."""
 
+SWITCHES: list[tuple[str, str]] = [("tree3", "nfa"), ("spill", "nfa"), ("tree3", "tree")]
+"""Plan switches of running pattern queries (``POST /queries/{id}/plan``, a rebuild from the window's events): the
+first two a third of the way to the jump (``PLAN tree`` to the NFA; the query that spills partial matches, whose
+spilled ones the switch drops), the last right after the jump (back to the tree)."""
+
 KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 """The suite's rows, in order."""
 
 
 @dataclass
 class Stream:
-    """The batches to post (each a list of event JSON objects), the index of the first batch after the jump, and
-    the ingested types whose streams end after the last batch (``POST /event-types/{name}/end``, in this order)."""
+    """The batches to post (each a list of event JSON objects), the index of the first batch after the jump, the
+    ingested types whose streams end after the last batch (``POST /event-types/{name}/end``, in this order), and the
+    plan switches (``POST /queries/{id}/plan``) posted right after a batch: batch index -> ``(statement, plan)``
+    pairs, in order (:data:`SWITCHES`)."""
 
     batches: list[list[dict[str, Any]]]
     jump_batch: int
     ends: list[str] = field(default_factory=lambda: [t["name"] for t in TYPES])
+    switches: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+
+    @property
+    def switch_order(self) -> list[tuple[int, str, str]]:
+        """Every switch as ``(batch, statement, plan)``, in the order they are posted (a ``switch:n`` fault counts
+        in this list, from 0)."""
+        return [(b, name, plan) for b in sorted(self.switches) for name, plan in self.switches[b]]
 
     @property
     def events(self) -> int:
@@ -208,4 +224,10 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
     batches: dict[int, list[dict[str, Any]]] = {}
     for sec, _, ev in out:
         batches.setdefault(sec // batch_s, []).append(ev)
-    return Stream([batches[k] for k in sorted(batches)], jump_s // batch_s)
+    listed = [batches[k] for k in sorted(batches)]
+    jump_batch = jump_s // batch_s
+    switches: dict[int, list[tuple[str, str]]] = {}
+    for after, pairs in ((max(1, jump_batch // 3), SWITCHES[:2]), (jump_batch + 1, SWITCHES[2:])):
+        if after < len(listed) - 1:
+            switches.setdefault(after, []).extend(pairs)
+    return Stream(listed, jump_batch, switches=switches)

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 from engine.compiler import CompiledQuery
 from engine.lql.errors import QueryError
 from service.core.errors import ApiError
+from service.core.faults import crash_point
 from service.db.session import now_us
 from service.live.events import EventInvalid, validate_event
 from service.live.runtime import LiveRuntime
@@ -125,6 +126,7 @@ def switch(session: Session, runtime: LiveRuntime, query_id: int, body: PlanSwit
                 switch_plan(runtime, row.id, chosen)
             except ValueError as e:
                 raise ApiError(409, str(e), "id") from None
+            crash_point("plan.switch.before_commit")  # the crash suite: the new plan running, its choice not kept
         row.plan_choice = choice
         row.updated_at_us = now_us()
         session.commit()

@@ -18,7 +18,8 @@ The points (docs/architecture.md section 4): ``archive.flush.before_commit``, ``
 (``service/live/live_archived.py``), ``ingest.after_wal`` (``service/live/ingest.py``),
 ``ingest.before_alert_commit``, ``results.import.before_commit`` and ``results.import.after_commit``
 (``service/live/results.py``: ``POST /queries/{id}/results``, tests/crash/test_results_import_crash.py) and
-``checkpoint.mid_transaction`` (``service/live/recovery.py``).
+``checkpoint.mid_transaction`` (``service/live/recovery.py``) and ``plan.switch.before_commit`` (``service/plan.py``:
+a running query switched to its new plan, the choice not committed).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ POINTS = (
     "checkpoint.mid_transaction",
     "results.import.before_commit",
     "results.import.after_commit",
+    "plan.switch.before_commit",
 )
 """Every crash point in the code."""
 
