@@ -16,6 +16,8 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
 - ``switch``: SIGKILL of the group right after the n-th plan switch of the stream (:attr:`Stream.switch_order`,
   counted from 0) is acknowledged; ``plan.switch.before_commit`` (a crash point) kills inside one, the new plan
   running and its choice not committed;
+- ``update``: SIGKILL of the group right after the n-th update (``PUT /queries/{id}?state=warm``,
+  :attr:`Stream.update_order`, counted from 0) is acknowledged;
 - ``sigterm``: a clean stop before request n (a batch, or an end call).
 
 The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
@@ -70,10 +72,11 @@ POINTS: dict[str, str] = {
     "jump": "SIGKILL right after the 30-day event-time jump",
     "end": "SIGKILL right after a stream's end (POST /event-types/{name}/end) is acknowledged",
     "switch": "SIGKILL right after a plan switch (POST /queries/{id}/plan) is acknowledged",
+    "update": "SIGKILL right after an update with state=warm (PUT /queries/{id}?state=warm) is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order."""
-HARNESS_POINTS = ("jump", "end", "switch", "sigterm")
+HARNESS_POINTS = ("jump", "end", "switch", "update", "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
 MARK = "LACE_CRASH_AT: pass"
 """What the service logs when a crash point fires (service/core/faults.py)."""
@@ -91,8 +94,9 @@ class Fault:
     """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the
     request (the batches, then the end calls: :attr:`Stream.steps`) before which ``sigterm`` stops the service, how
     many batches after the jump's ``jump`` kills it, after which end call (counted from 0) ``end`` kills it, or after
-    which plan switch (:attr:`Stream.switch_order`, from 0) ``switch`` kills it (a harness fault waiting behind an
-    earlier one comes at the first request at or after its own)."""
+    which plan switch (:attr:`Stream.switch_order`, from 0) ``switch`` kills it, or after which update
+    (:attr:`Stream.update_order`, from 0) ``update`` kills it (a harness fault waiting behind an earlier one comes at
+    the first request at or after its own)."""
 
     point: str
     at: int
@@ -164,6 +168,8 @@ class Run:
         """Statement name -> query id (the same in every run: registered in the same order on a fresh database)."""
         self.switched = -1
         """The last plan switch acknowledged (its index in :attr:`Stream.switch_order`)."""
+        self.updated = -1
+        """The last update acknowledged (its index in :attr:`Stream.update_order`)."""
 
     # ------------------------------------------------------------------ the service's life
 
@@ -241,13 +247,15 @@ class Run:
                 assert wh.status_code == 201, wh.text
                 self.rx.add_secret(s.name, wh.json()["secret"])
 
-    def _request(self, what: str, path: str, body: Any = None) -> httpx.Response | None:
-        """POST ``body`` to ``path`` (``what`` names it); None when it was not acknowledged (the service died
+    def _request(
+        self, what: str, path: str, body: Any = None, *, method: str = "POST", params: dict[str, str] | None = None
+    ) -> httpx.Response | None:
+        """``method`` ``body`` to ``path`` (``what`` names it); None when it was not acknowledged (the service died
         meanwhile, or answered other than 200: unplanned)."""
         t = time.monotonic()
         try:
             with self.svc.client(timeout_s=120) as c:
-                r = c.post(path, json=body)
+                r = c.request(method, path, json=body, params=params)
         except httpx.HTTPError:
             return None
         finally:
@@ -258,8 +266,8 @@ class Run:
         return r
 
     def post(self, i: int) -> bool:
-        """POST batch ``i``, then the plan switches that follow it; False when one was not acknowledged (the service
-        died meanwhile: the step is posted again, batch and switches)."""
+        """POST batch ``i``, then the plan switches and updates that follow it; False when one was not acknowledged
+        (the service died meanwhile: the step is posted again, batch, switches and updates)."""
         batch = self.stream.batches[i]
         r = self._request(f"batch {i}", "/events", batch)
         if r is None:
@@ -276,6 +284,16 @@ class Run:
             if self._request(f"switch {name} to {plan}", f"/queries/{self.ids[name]}/plan", {"plan": plan}) is None:
                 return False
             self.switched = n
+        by_name = {s.name: s for s in STATEMENTS}
+        for n, (at, name) in enumerate(self.stream.update_order):
+            if at != i:
+                continue
+            s = by_name[name]
+            body = {"text": s.text, **s.options}
+            path = f"/queries/{self.ids[name]}"
+            if self._request(f"update {name}", path, body, method="PUT", params={"state": "warm"}) is None:
+                return False
+            self.updated = n
         return True
 
     def end(self, name: str) -> bool:
@@ -359,6 +377,7 @@ class Run:
                 if f is not None and (
                     (f.point in kill_after and i >= kill_after[f.point] + f.at)
                     or (f.point == "switch" and self.switched >= f.at)
+                    or (f.point == "update" and self.updated >= f.at)
                 ):
                     self.svc.kill()
                     self._fired()
@@ -499,6 +518,8 @@ def draw(
         return Fault(point, rng.randrange(0, len(stream.ends)))
     if point == "switch":
         return Fault(point, rng.randrange(0, max(1, len(stream.switch_order))))
+    if point == "update":
+        return Fault(point, rng.randrange(0, max(1, len(stream.update_order))))
     lo = (setup or {}).get(point, 0) + 2 if (setup or {}).get(point) else 1
     return Fault(point, rng.randint(lo, max(lo, passes.get(point, 1))))
 

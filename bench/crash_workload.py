@@ -21,9 +21,10 @@ The stream is posted in batches of ``batch_s`` seconds of event time, each type 
 by its end); after ``jump_at`` of it event time jumps 30 days ahead. Then every ingested type's stream ends with
 ``POST /event-types/{name}/end`` (:attr:`Stream.ends`): its watermark becomes the end of time, so every window,
 SLLAA subwindow and pending live instance closes (no event is posted to close them). Producer ids make every re-post
-idempotent; an end posted again answers ``already_ended``. Three plan switches (:data:`SWITCHES`) are posted right
-after given batches, in the same step: a switch not acknowledged is posted again with its batch (switching to the
-plan in use rebuilds the query's state again, losing and repeating nothing).
+idempotent; an end posted again answers ``already_ended``. Three plan switches (:data:`SWITCHES`) and two updates
+with ``state=warm`` (:data:`UPDATES`) are posted right after given batches, in the same step: one not acknowledged is
+posted again with its batch (switching to the plan in use, or a new version warmed again, rebuilds the query's state
+again, losing and repeating nothing).
 """
 from __future__ import annotations
 
@@ -153,6 +154,11 @@ SWITCHES: list[tuple[str, str]] = [("tree3", "nfa"), ("spill", "nfa"), ("tree3",
 first two a third of the way to the jump (``PLAN tree`` to the NFA; the query that spills partial matches, whose
 spilled ones the switch drops), the last right after the jump (back to the tree)."""
 
+UPDATES: list[str] = ["live_pattern", "agg_sliding"]
+"""Statements given a new version mid-stream, two thirds of the way to the jump: ``PUT /queries/{id}?state=warm`` with
+the same text (the new version's partial matches and windows rebuilt from the archive: what it completes from that
+history is dropped, what it completes later is alerted as the old version would have)."""
+
 KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 """The suite's rows, in order."""
 
@@ -168,6 +174,15 @@ class Stream:
     jump_batch: int
     ends: list[str] = field(default_factory=lambda: [t["name"] for t in TYPES])
     switches: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
+    updates: dict[int, list[str]] = field(default_factory=dict)
+    """Batch index -> statements updated right after it (``PUT /queries/{id}?state=warm`` with their own text: a new
+    version rebuilt from the archive over its span, :data:`UPDATES`)."""
+
+    @property
+    def update_order(self) -> list[tuple[int, str]]:
+        """Every update as ``(batch, statement)``, in the order they are posted (an ``update:n`` fault counts in this
+        list, from 0)."""
+        return [(b, name) for b in sorted(self.updates) for name in self.updates[b]]
 
     @property
     def switch_order(self) -> list[tuple[int, str, str]]:
@@ -230,4 +245,5 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
     for after, pairs in ((max(1, jump_batch // 3), SWITCHES[:2]), (jump_batch + 1, SWITCHES[2:])):
         if after < len(listed) - 1:
             switches.setdefault(after, []).extend(pairs)
-    return Stream(listed, jump_batch, switches=switches)
+    updates = {jump_batch * 2 // 3: list(UPDATES)} if 0 < jump_batch * 2 // 3 < len(listed) - 1 else {}
+    return Stream(listed, jump_batch, switches=switches, updates=updates)

@@ -181,6 +181,7 @@ def set_version(row: QueryRow, body: QueryUpdate, compiled: AnyStatement, choice
     row.window_us = window_us(compiled)
     row.version += 1
     row.resume_seq = row.checkpoint_seq = None
+    row.warmed = False  # until its warm start, if asked, is committed
     row.counters = None  # a new version counts from zero
 
 

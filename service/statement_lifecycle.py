@@ -40,9 +40,9 @@ from service.statement import (
 def run(
     runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, active_since_us: int, *, restored: bool = False
 ) -> None:
-    """Start ``row``'s statement in the runtime (its options, counters and version from the row), seeing the
-    events ingested from ``active_since_us`` (int us UTC) on; ``restored``: started again on a restart, with the
-    checkpoint in its row (``resume_seq``, ``checkpoint_seq``) for the restart replay (docs/architecture.md section 4).
+    """Start ``row``'s statement in the runtime (its options, counters and version from the row), seeing the events
+    ingested from ``active_since_us`` (int us UTC) on; ``restored``: started again on a restart, with the checkpoint in
+    its row (``resume_seq``, ``checkpoint_seq``, ``warmed``) for the restart replay (docs/architecture.md section 4).
 
     Raises
     ------
@@ -60,6 +60,7 @@ def run(
         restored=restored,
         resume_seq=row.resume_seq if restored else None,
         checkpoint_seq=row.checkpoint_seq if restored else None,
+        warmed=row.warmed if restored else False,
     )
 
 
@@ -78,11 +79,16 @@ def start(runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int) -
 
 
 def start_as_asked(
-    runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int, state: str, emit_history: bool
+    session: Session, runtime: LiveRuntime, row: QueryRow, compiled: AnyStatement, t: int, state: str,
+    emit_history: bool,
 ) -> None:
     """Start an active query (a created or new version) and, for ``?state=warm``, warm it from the archive
-    (what warming fed stays on the running query: :func:`~service.statement.public` shows it as ``warm``).
-    Call under the lock, after the commit.
+    (what warming fed stays on the running query: :func:`~service.statement.public` shows it as ``warm``) and
+    commit the warm start on ``row`` before answering: ``warmed``, and the checkpoint warming amounts to
+    (``resume_seq``: where the history it was fed starts in the ingest order; ``checkpoint_seq``: the next position,
+    what the history completed counts as recorded), so a restart replays it that history again instead of only
+    what came after ``t`` (the crash suite's ``update`` fault lost alerts without it). Call under the lock, after
+    the commit of the row.
 
     Raises
     ------
@@ -98,6 +104,9 @@ def start_as_asked(
         warm_query(runtime, row.id, emit_history=emit_history)
     except ValueError as e:
         raise ApiError(422, str(e), "query.state") from None
+    lq = runtime.queries[row.id]
+    row.warmed, row.resume_seq, row.checkpoint_seq = lq.warmed, lq.resume_seq, lq.checkpoint_seq
+    session.commit()
 
 
 def deferrable(row: QueryRow, compiled: AnyStatement, state: str, runtime: LiveRuntime) -> bool:
@@ -163,7 +172,7 @@ def create(
         check_warm(state, compiled, runtime)
         session.add(row)
         session.commit()  # before the start: the partial-match store writes to this database too
-        start_as_asked(runtime, row, compiled, t, state, emit_history)
+        start_as_asked(session, runtime, row, compiled, t, state, emit_history)
     return public(row, runtime)  # its warm: what warming fed
 
 
@@ -233,7 +242,7 @@ def update_now(
         row.active_since_us = t
         row.updated_at_us = t
         session.commit()
-        start_as_asked(runtime, row, compiled, t, state, emit_history)
+        start_as_asked(session, runtime, row, compiled, t, state, emit_history)
     return public(row, runtime)  # its warm: what warming fed
 
 
@@ -273,6 +282,7 @@ def resume(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic
         row.active_since_us = t
         row.updated_at_us = t
         row.resume_seq = row.checkpoint_seq = None
+        row.warmed = False  # it sees the events after this call
         session.commit()
         start(runtime, row, compiled, t)
     return public(row, runtime)

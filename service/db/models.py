@@ -91,6 +91,10 @@ class QueryRow(Base):
     checkpoint_seq: Mapped[int | None] = mapped_column(BigInteger)
     """The position its checkpoint was taken at: every result of the events before it was recorded then, and the
     restart replay does not alert them again (migration 0013; None: none, or a live-and-archived query)."""
+    warmed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """This version started with ``?state=warm`` and its warm start was committed: it counts as having received the
+    events of its horizon ingested before ``active_since_us`` too (the restart replay feeds them to it; migration
+    0015). False: it received only what came after ``active_since_us``."""
     counters: Mapped[dict[str, float] | None] = mapped_column(JSON)
     """Totals since the query was created or updated (events, matches, late, cpu_s, ...): kept across restarts."""
     plan_choice: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # a plan trial's winner (issue 16)

@@ -70,6 +70,10 @@ class LiveQuery:
     was recorded, so the restart replay rebuilds its state from ``resume_seq`` without alerting them again (an
     AGGREGATE window or a ``dedup`` chain the replay starts inside of would come out otherwise). None: not
     checkpointed since it started, or a live-and-archived query (its worker's results come later)."""
+    warmed: bool = False
+    """It started with ``?state=warm`` (:func:`service.live.warm.warm_query`): it counts as having received the events
+    of its horizon ingested before ``active_since_us`` too, so the restart replay feeds them to it (its row's
+    ``warmed``)."""
     replay_cut_us: int | None = None
     """How much event time the restart replay did not go back over for this query because of
     ``LACE_REPLAY_MAX_S`` (None: not cut); partial matches that started earlier were lost."""

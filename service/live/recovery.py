@@ -7,13 +7,14 @@ horizon, the earliest event time its state may still need: its WITHIN plus laten
 remember (``CompiledQuery.state_span_us``), a window's size, and for a live-and-archived query the live
 instances still waiting for the archive (its worker's ``resume_from_us``), however far back.
 
-On restart the archive writer first replays its WAL into Delta, so every acknowledged event is in a Delta
-table with its ``ingest_seq`` and its request's ``ingested_at``. The replay reads, per event type, what some
-statement needs (``ingest_seq >= resume_seq``; a statement without a checkpoint yet: what it received after
-``active_since_us`` within its horizon), feeds it in ingest order to exactly those statements, and the alerts
-found again are de-duplicated by (query, event ids). Derived events are not read: the statements derive them
-again, with the same ids. Nothing is cut silently: only a statement without WITHIN (unbounded state), or whose
-span exceeds ``LACE_REPLAY_MAX_S``, is limited, and that is logged, counted (``lace_replay_cut_total``,
+On restart the archive writer first replays its WAL into Delta, so every acknowledged event is in a Delta table with its
+``ingest_seq`` and its request's ``ingested_at``. The replay reads, per event type, what some statement needs
+(``ingest_seq >= resume_seq``; a statement without a checkpoint yet: what it received after ``active_since_us`` within
+its horizon; one started with ``?state=warm`` counts as having received what was ingested before it too, warming fed it
+that, and its warm start is a checkpoint committed before the answer), feeds it in ingest order to exactly those
+statements, and the alerts found again are de-duplicated by (query, event ids). Derived events are not read: the
+statements derive them again, with the same ids. Nothing is cut silently: only a statement without WITHIN (unbounded
+state), or whose span exceeds ``LACE_REPLAY_MAX_S``, is limited, and that is logged, counted (``lace_replay_cut_total``,
 ``lace_replay_cut_seconds_total``) and shown in its stats (``replay_cut_ms``).
 
 Reads use delta-rs directly (pyarrow dataset with partition, ``ingest_seq`` and ts pruning), not Spark: the
@@ -398,9 +399,9 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict
             if lq.resume_seq is not None:
                 from_seq = lq.resume_seq if from_seq is None else min(from_seq, lq.resume_seq)
             elif since is None:
-                since = (lq.active_since_us, h.start_us)
+                since = (received_from(lq), h.start_us)
             else:
-                since = (min(since[0], lq.active_since_us), min(since[1], h.start_us))
+                since = (min(since[0], received_from(lq)), min(since[1], h.start_us))
         wanted = {t for lq in rt.queries.values() for t in lq.compiled.stream_types}
         wanted = {t for t in wanted if t in types and t not in rt.emitters}  # derived events are derived again
     parts = [read_rows(root, types[t], from_seq=from_seq, since=since) for t in sorted(wanted)]
@@ -448,9 +449,16 @@ def settle(rt: LiveRuntime, newest: Mapping[str, int], derived: list[tuple[str, 
     return [f for f in out if rt.queries[f.query_id].checkpoint_seq is None]
 
 
+def received_from(lq: LiveQuery) -> int:
+    """The ``ingested_at`` (int us) after which ``lq`` received events: its ``active_since_us``, or 0 for a
+    warm-started statement (``warmed``: warming fed it what was ingested before it started, within its horizon)."""
+    return 0 if lq.warmed else lq.active_since_us
+
+
 def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
     """Feed ``rows`` (in ingest order) to the statements that received them live (stamped after their
-    ``active_since_us``). Returns ``(events replayed, new alerts)``.
+    ``active_since_us``, or any of a warm-started one: :func:`received_from`). Returns ``(events replayed, new
+    alerts)``.
 
     The results a row makes for a statement whose checkpoint was taken after it (``row.seq < checkpoint_seq``)
     were recorded before the restart: they rebuild its state and are not alerted again (the replay may start
@@ -475,7 +483,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
                 found.extend(settle(rt, newest, archived))
                 settle_at = None
             newest[e.type] = max(newest.get(e.type, e.ts_end), e.ts_end)
-            takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > lq.active_since_us]
+            takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > received_from(lq)]
             graph_wanted = False
             for lq in takers:  # a worker keeps its events, handed over in one batch (offer_replayed)
                 graph_wanted = lq.take_replayed(e) or graph_wanted

@@ -62,13 +62,14 @@ class StatementRegistry:
         restored: bool = False,
         resume_seq: int | None = None,
         checkpoint_seq: int | None = None,
+        warmed: bool = False,
     ) -> LiveQuery:
         """Start (or restart, dropping its state) a query: a matcher, or a live-and-archived worker.
 
         Call under the lock, with ``active_since_us`` from :meth:`LiveRuntime.activation_us`. ``restored``: started
-        again on a restart, from its row, with its checkpointed ``resume_seq`` and ``checkpoint_seq`` (None: none
-        yet) before the replay (:func:`service.live.recovery.rebuild`); otherwise it starts with nothing seen, at the
-        next position.
+        again on a restart, from its row, with its checkpointed ``resume_seq`` and ``checkpoint_seq`` (None: none yet)
+        and whether it was warm-started (``warmed``) before the replay (:func:`service.live.recovery.rebuild`);
+        otherwise it starts with nothing seen, at the next position.
 
         Raises
         ------
@@ -100,6 +101,7 @@ class StatementRegistry:
                 version=version,
                 resume_seq=resume_seq if restored else rt.order.next_seq,
                 checkpoint_seq=checkpoint_seq if restored else None,
+                warmed=warmed and restored,
             )
             lq.attach(rt)
             emit = compiled.emit_into

@@ -5,6 +5,7 @@ to its detector alone, so it behaves as if it had always run (docs/architecture.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from engine.compiler import CompiledQuery
@@ -41,12 +42,19 @@ def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) ->
     lq = rt.queries[query_id]
     if str(query_id) not in rt.graph.nodes:
         raise ValueError("state=warm applies to statements of the rule graph, not to live-and-archived queries")
-    history, wm = window_history(rt, lq)
+    history, wm, since = window_history(rt, lq)
     results = rt.graph.warm(str(query_id), history, wm)
     alerts = 0
     if emit_history and results and lq.compiled.emit_into is None:
         alerts = rt.results.save([Found(query_id, m, lq.version) for m in results])
     lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
+    # The checkpoint this amounts to (the caller commits it with ``warmed``): replaying from where the history starts
+    # in the ingest order rebuilds this state, and what the history completed counts as recorded (dropped, or
+    # alerted just now). Without it a restart fed the statement only what came after it started.
+    lq.warmed = True
+    lq.checkpoint_seq = rt.order.next_seq
+    buffered = None if since.since_us is None else rt.order.position_of(since.since_us, rt.order.floor)
+    lq.resume_seq = min((s for s in (since.first_seq, buffered) if s is not None), default=rt.order.next_seq)
     return lq.warm
 
 def switch_plan(rt: LiveRuntime, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
@@ -70,7 +78,7 @@ def switch_plan(rt: LiveRuntime, query_id: int, compiled: CompiledQuery) -> dict
         raise ValueError("a plan switch applies to running pattern queries (PATTERN ...)")
     if lq.failed is not None:
         raise ValueError(f"the query failed ({lq.failed}); resume it first")
-    history, wm = window_history(rt, lq)
+    history, wm, _ = window_history(rt, lq)
     totals = lq.totals()
     if rt.pm_store is not None and lq.options.pm_capacity is not None:
         rt.pm_store.clear(f"q{query_id}")  # the old detector's spilled partial matches
@@ -84,11 +92,24 @@ def switch_plan(rt: LiveRuntime, query_id: int, compiled: CompiledQuery) -> dict
     return lq.warm
 
 
-def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | None]:
+@dataclass(frozen=True, slots=True)
+class HistoryStart:
+    """Where a window's history (:func:`window_history`) starts: ``since_us``, the event time (int us) it reads from
+    (events ending at or after it; None: its types have no event yet), and ``first_seq``, the smallest ``ingest_seq``
+    among its events read from Delta (None: none, or none with a position). Events still in the recent buffer were
+    ingested by this process, so the ingest order's index (:meth:`service.live.ingest_order.IngestOrder.position_of`)
+    knows their positions."""
+
+    since_us: int | None
+    first_seq: int | None
+
+
+def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | None, HistoryStart]:
     """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
     operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
     from the archive and the recent buffer, in the matcher's (ts_end, id) order (an interval event counts by
-    its end), and the query's watermark: what rebuilds its state (``state=warm``, a plan switch).
+    its end), the query's watermark, and where that history starts (:class:`HistoryStart`): what rebuilds its
+    state (``state=warm``, a plan switch).
 
     Raises ValueError without the archive."""
     if rt.archive is None:
@@ -97,7 +118,7 @@ def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | N
     newest = rt.event_time.newest_of(types)
     wm = rt.event_time.watermark(frozenset(t for t in types if t not in rt.emitters))
     if newest is None:
-        return [], wm
+        return [], wm, HistoryStart(None, None)
     span = lq.state_span_us()
     since = newest - min(rt.replay_max_us if span is None else span + lq.max_lateness_us, rt.replay_max_us)
     # The recent buffer first, then Delta: a flush commits to Delta and only then drops what it committed from the
@@ -107,10 +128,13 @@ def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | N
     seen: dict[int, Event] = {
         e.id: e for e in rt.archive.buffer.events([t for t in types if t in rt.types]) if e.ts_end >= since
     }
+    first_seq: int | None = None
     for t in sorted(types):
         spec = rt.types.get(t)
         if spec is None:
             continue
         for row in read_rows(rt.archive.root, spec, from_seq=None, since=(0, since)):
             seen.setdefault(row.event.id, row.event)
-    return sorted(seen.values(), key=Event.order_key), wm
+            if row.seq is not None and (first_seq is None or row.seq < first_seq):
+                first_seq = row.seq
+    return sorted(seen.values(), key=Event.order_key), wm, HistoryStart(since, first_seq)

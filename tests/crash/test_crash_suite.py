@@ -3,14 +3,15 @@
 Every statement kind runs on one real ``lace serve`` (bench/crash_workload.py: a live pattern, LIVE/ARCHIVED under
 SLLAA, OLLAA, LLAA and ALAA, FILTER + pattern, an EMIT INTO chain of two, AGGREGATE tumbling and sliding, INTERVAL
 derivation + a query over it, an interval type with Allen relations on the live and the archived side, a FILTER on a
-derived type, ``dedup``, ``PLAN tree``, a small ``pm_capacity``; three plan switches mid-stream), each alerting one with
-a webhook on a receiver that checks signatures. The fault-free run (SQLite; the same statements registered in the same
-order get the same ids on either database, so the same alerts) gives the expected alerts. Every run ends each ingested
-type's stream with ``POST /event-types/{name}/end`` after its last batch. Per database, one run kills the service at a
-few points in turn (on SQLite two of them among the end calls: a SIGTERM between two ends, a SIGKILL right after one),
-restarting it each time on the same data directory and database and posting again the request that was not acknowledged;
-every kind's alerts must equal the fault-free run's, by event ids and fields, each idempotency key with one payload,
-every type must have ended, and the service must start every time. ``python -m bench.crash`` runs many more points.
+derived type, ``dedup``, ``PLAN tree``, a small ``pm_capacity``; three plan switches and two updates with ``state=warm``
+mid-stream), each alerting one with a webhook on a receiver that checks signatures. The fault-free run (SQLite; the same
+statements registered in the same order get the same ids on either database, so the same alerts) gives the expected
+alerts. Every run ends each ingested type's stream with ``POST /event-types/{name}/end`` after its last batch. Per
+database, one run kills the service at a few points in turn (on SQLite two of them among the end calls: a SIGTERM
+between two ends, a SIGKILL right after one), restarting it each time on the same data directory and database and
+posting again the request that was not acknowledged; every kind's alerts must equal the fault-free run's, by event ids
+and fields, each idempotency key with one payload, every type must have ended, and the service must start every time.
+``python -m bench.crash`` runs many more points.
 """
 from __future__ import annotations
 
@@ -27,11 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
 
 STREAM = make_stream(seed=1)
 PLANS = {
-    # mid-request (after the WAL append), archive requests in flight, SIGKILL right after the 30-day jump (the batch
-    # after it, and the plan switch posted with that batch); SIGTERM between the ends of s and f, SIGKILL right after
-    # the end of alarm (iv ends after the restart)
+    # mid-request (after the WAL append), SIGKILL right after the second update with state=warm, archive requests in
+    # flight, SIGKILL right after the 30-day jump (the batch after it, and the plan switch posted with that batch);
+    # SIGTERM between the ends of s and f, SIGKILL right after the end of alarm (iv ends after the restart)
     "sqlite": [
-        Fault("ingest.after_wal", 6), Fault("la.request_submitted", 3), Fault("jump", 1),
+        Fault("ingest.after_wal", 6), Fault("update", 1), Fault("la.request_submitted", 3), Fault("jump", 1),
         Fault("sigterm", len(STREAM.batches) + 1), Fault("end", 2),
     ],
     # mid-plan switch (the first switch: PLAN tree running as the NFA, the choice not committed), mid-delivery (after

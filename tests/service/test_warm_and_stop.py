@@ -116,3 +116,39 @@ def test_a_clean_stop_logs_no_exited_process(own_service: ServiceProcess, t0: in
     assert own_service.proc.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
     log = own_service.log_path.read_text()
     assert "exited" not in log and "is gone" not in log, log[-3000:]
+
+
+@pytest.mark.parametrize("how", ["create", "update"])
+def test_a_warm_start_survives_a_sigkill(own_service: ServiceProcess, t0: int, how: str) -> None:
+    """A statement started with ``state=warm`` (registered, or a new version) and the service SIGKILLed right after the
+    answer: after the restart it still has the history warming gave it, so a match whose first event came before it
+    started is alerted, as by the same statement running since before those events (the crash suite's ``update``
+    fault lost them: the restart replayed the new version only what it received after it started)."""
+    text = "PATTERN SEQ({t} a, {t} b) WHERE a.at = 'A' AND b.at = 'B' AND a.car = b.car WITHIN 10 min"
+    with own_service.client() as c:
+        t = _type(c)
+        always = c.post("/queries", json={"name": unique("always"), "text": text.format(t=t)}).json()["id"]
+        early = [{"type": t, "ts": t0 + i * 20_000, "attrs": {"car": i % 3, "at": "A"}} for i in range(9)]
+        assert c.post("/events", json=early).json()["accepted"] == 9
+        if how == "create":
+            r = c.post("/queries", params={"state": "warm"}, json={"name": unique("warm"), "text": text.format(t=t)})
+            assert r.status_code == 201, r.text
+        else:
+            r = c.post("/queries", json={"name": unique("warm"), "text": text.format(t=t)})
+            assert r.status_code == 201, r.text
+            r = c.put(f"/queries/{r.json()['id']}", params={"state": "warm"}, json={"text": text.format(t=t)})
+            assert r.status_code == 200, r.text
+        warm = r.json()["id"]
+        assert r.json()["warm"]["events"] == 9, r.json()["warm"]
+    own_service.kill()
+    own_service.start()
+    with own_service.client() as c:
+        late = [{"type": t, "ts": t0 + 4 * MINUTE + i * 20_000, "attrs": {"car": i % 3, "at": "B"}} for i in range(3)]
+        assert c.post("/events", json=late).json()["accepted"] == 3
+
+        def alerts(qid: int) -> list[list[int]]:
+            items = c.get("/alerts", params={"query_id": qid, "limit": 1000}).json()["items"]
+            return sorted(sorted(i for ids in a["events"].values() for i in ids) for a in items)
+
+        want = wait_until(lambda: alerts(always) if len(alerts(always)) == 9 else None, timeout_s=30)
+        assert alerts(warm) == want  # 9 pairs: each B with the three earlier A's of its car

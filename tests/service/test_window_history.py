@@ -42,14 +42,15 @@ def test_a_flush_between_the_two_reads_loses_no_event(tmp_path: Path, flushed_be
     written is in the window's history, once, in (ts_end, id) order. Reading Delta first lost every buffered one."""
     events = make_events(400, seed=3, types=(TRAFFIC,), span_us=30 * MINUTE_US)
     with ArchiveWriter(tmp_path / "archive", types=[TRAFFIC], flush_rows=10**6, flush_age_s=3600, fsync=False) as w:
+        seqs = range(1_001, 1_001 + len(events))  # positions in the service's ingest order
         if flushed_before == "all":
-            w.append(events)
+            w.append(events, ingest_seqs=seqs)
             w.flush()
         else:
             cut = 150 if flushed_before == "some" else 0
-            w.append(events[:cut])
+            w.append(events[:cut], ingest_seqs=seqs[:cut])
             w.flush()
-            w.append(events[cut:])
+            w.append(events[cut:], ingest_seqs=seqs[cut:])
         assert w.buffer.events(["traffic"]) or flushed_before == "all"
         read_buffer = w.buffer.events
         flushes = []
@@ -60,7 +61,9 @@ def test_a_flush_between_the_two_reads_loses_no_event(tmp_path: Path, flushed_be
 
         w.buffer.events = flush_then_read  # type: ignore[method-assign]
         rt, lq = runtime_and_query(w, events)
-        history, wm = window_history(rt, lq)  # type: ignore[arg-type]
+        history, wm, start = window_history(rt, lq)  # type: ignore[arg-type]
         assert flushes == [0 if flushed_before == "all" else len(events) - (150 if flushed_before == "some" else 0)]
     assert [e.id for e in history] == [e.id for e in sorted(events, key=Event.order_key)]
     assert wm is not None and wm < max(e.ts_end for e in events)  # the clock's: no event at or before it comes
+    # where the history starts (a warm start's checkpoint): every event was read from Delta, the first position too
+    assert start.since_us is not None and start.since_us <= min(e.ts_end for e in events) and start.first_seq == 1_001
