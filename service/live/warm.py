@@ -50,7 +50,11 @@ def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) ->
     lq.warm = {"events": len(history), "results": len(results), "alerts": alerts}
     # The checkpoint this amounts to (the caller commits it with ``warmed``): replaying from where the history starts
     # in the ingest order rebuilds this state, and what the history completed counts as recorded (dropped, or
-    # alerted just now). Without it a restart fed the statement only what came after it started.
+    # alerted just now). Without it a restart fed the statement only what came after it started. Not for an EMIT INTO
+    # statement: the replay would hand its readers the events its history derives, which warming never emitted (the
+    # readers saw the previous version's); a restart feeds it only what came after it started, as before.
+    if lq.compiled.emit_into is not None:
+        return lq.warm
     lq.warmed = True
     lq.checkpoint_seq = rt.order.next_seq
     buffered = None if since.since_us is None else rt.order.position_of(since.since_us, rt.order.floor)
