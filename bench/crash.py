@@ -13,11 +13,11 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
   (mid-delivery), ``la.request_submitted`` (archive requests in flight), ``plan.switch.before_commit``;
 - ``jump``: SIGKILL of the group right after the n-th batch after the 30-day event-time jump is acknowledged;
 - ``end``: SIGKILL of the group right after the n-th end call (counted from 0) is acknowledged;
-- ``switch``: SIGKILL of the group right after the n-th plan switch of the stream (:attr:`Stream.switch_order`,
+- ``switch``: SIGKILL of the group right after the n-th plan switch of the stream (``Stream.of_kind("switch")``,
   counted from 0) is acknowledged; ``plan.switch.before_commit`` (a crash point) kills inside one, the new plan
   running and its choice not committed;
 - ``update``: SIGKILL of the group right after the n-th update (``PUT /queries/{id}?state=warm``,
-  :attr:`Stream.update_order`, counted from 0) is acknowledged;
+  ``Stream.of_kind("update")``, counted from 0) is acknowledged;
 - ``sigterm``: a clean stop before request n (a batch, or an end call).
 
 The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
@@ -56,7 +56,7 @@ from typing import Any
 
 import httpx
 
-from bench.crash_workload import KINDS, STATEMENTS, TYPES, Stream, make_stream
+from bench.crash_workload import KINDS, STATEMENTS, TYPES, Control, Stream, make_stream
 from cli.service_process import HARNESS_SETTINGS, Database, ServiceError, ServiceProcess, scratch_database
 from cli.webhook_receiver import WebhookReceiver
 
@@ -76,7 +76,9 @@ POINTS: dict[str, str] = {
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order."""
-HARNESS_POINTS = ("jump", "end", "switch", "update", "sigterm")
+CONTROL_POINTS = ("switch", "update")
+"""Harness points that kill right after the n-th :class:`bench.crash_workload.Control` of their kind."""
+HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
 MARK = "LACE_CRASH_AT: pass"
 """What the service logs when a crash point fires (service/core/faults.py)."""
@@ -94,9 +96,8 @@ class Fault:
     """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the
     request (the batches, then the end calls: :attr:`Stream.steps`) before which ``sigterm`` stops the service, how
     many batches after the jump's ``jump`` kills it, after which end call (counted from 0) ``end`` kills it, or after
-    which plan switch (:attr:`Stream.switch_order`, from 0) ``switch`` kills it, or after which update
-    (:attr:`Stream.update_order`, from 0) ``update`` kills it (a harness fault waiting behind an earlier one comes at
-    the first request at or after its own)."""
+    which control of its kind (``Stream.of_kind``, from 0) ``switch`` or ``update`` kills it (a harness fault waiting
+    behind an earlier one comes at the first request at or after its own)."""
 
     point: str
     at: int
@@ -166,10 +167,8 @@ class Run:
         self.marks = 0
         self.ids: dict[str, int] = {}
         """Statement name -> query id (the same in every run: registered in the same order on a fresh database)."""
-        self.switched = -1
-        """The last plan switch acknowledged (its index in :attr:`Stream.switch_order`)."""
-        self.updated = -1
-        """The last update acknowledged (its index in :attr:`Stream.update_order`)."""
+        self.controlled = dict.fromkeys(CONTROL_POINTS, -1)
+        """Per control kind, the last one acknowledged (its index in ``Stream.of_kind(kind)``)."""
 
     # ------------------------------------------------------------------ the service's life
 
@@ -278,23 +277,24 @@ class Run:
         )
         if why:
             self.out.rejected.append(f"batch {i}: {sum(why.values())} refused ({dict(why)})")
-        for n, (at, name, plan) in enumerate(self.stream.switch_order):
-            if at != i:
-                continue
-            if self._request(f"switch {name} to {plan}", f"/queries/{self.ids[name]}/plan", {"plan": plan}) is None:
-                return False
-            self.switched = n
-        by_name = {s.name: s for s in STATEMENTS}
-        for n, (at, name) in enumerate(self.stream.update_order):
-            if at != i:
-                continue
-            s = by_name[name]
-            body = {"text": s.text, **s.options}
-            path = f"/queries/{self.ids[name]}"
-            if self._request(f"update {name}", path, body, method="PUT", params={"state": "warm"}) is None:
-                return False
-            self.updated = n
+        for kind in CONTROL_POINTS:
+            for n, control in enumerate(self.stream.of_kind(kind)):
+                if control.after != i:
+                    continue
+                if not self.control(control):
+                    return False
+                self.controlled[kind] = n
         return True
+
+    def control(self, c: Control) -> bool:
+        """Post control ``c`` (a plan switch, or an update with ``state=warm`` to the statement's own text); False
+        when it was not acknowledged."""
+        path = f"/queries/{self.ids[c.statement]}"
+        if c.kind == "switch":
+            return self._request(f"switch {c.statement} to {c.plan}", f"{path}/plan", {"plan": c.plan}) is not None
+        s = next(s for s in STATEMENTS if s.name == c.statement)
+        body = {"text": s.text, **s.options}
+        return self._request(f"update {s.name}", path, body, method="PUT", params={"state": "warm"}) is not None
 
     def end(self, name: str) -> bool:
         """POST the end of type ``name``'s stream; False when it was not acknowledged (the service died meanwhile).
@@ -376,8 +376,7 @@ class Run:
                 kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches)}
                 if f is not None and (
                     (f.point in kill_after and i >= kill_after[f.point] + f.at)
-                    or (f.point == "switch" and self.switched >= f.at)
-                    or (f.point == "update" and self.updated >= f.at)
+                    or (f.point in self.controlled and self.controlled[f.point] >= f.at)
                 ):
                     self.svc.kill()
                     self._fired()
@@ -516,10 +515,8 @@ def draw(
         return Fault(point, rng.randrange(0, 3))
     if point == "end":
         return Fault(point, rng.randrange(0, len(stream.ends)))
-    if point == "switch":
-        return Fault(point, rng.randrange(0, max(1, len(stream.switch_order))))
-    if point == "update":
-        return Fault(point, rng.randrange(0, max(1, len(stream.update_order))))
+    if point in CONTROL_POINTS:
+        return Fault(point, rng.randrange(0, max(1, len(stream.of_kind(point)))))
     lo = (setup or {}).get(point, 0) + 2 if (setup or {}).get(point) else 1
     return Fault(point, rng.randint(lo, max(lo, passes.get(point, 1))))
 

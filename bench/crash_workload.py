@@ -163,32 +163,33 @@ KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 """The suite's rows, in order."""
 
 
+@dataclass(frozen=True)
+class Control:
+    """A request about a statement posted right after batch ``after``, in the same step: ``kind`` ``switch``
+    (``POST /queries/{id}/plan`` to ``plan``) or ``update`` (``PUT /queries/{id}?state=warm`` with its own text)."""
+
+    after: int
+    kind: str
+    statement: str
+    plan: str | None = None
+
+
 @dataclass
 class Stream:
     """The batches to post (each a list of event JSON objects), the index of the first batch after the jump, the
     ingested types whose streams end after the last batch (``POST /event-types/{name}/end``, in this order), and the
-    plan switches (``POST /queries/{id}/plan``) posted right after a batch: batch index -> ``(statement, plan)``
-    pairs, in order (:data:`SWITCHES`)."""
+    plan switches and updates posted right after given batches (:class:`Control`, in the order they are posted:
+    :data:`SWITCHES`, :data:`UPDATES`)."""
 
     batches: list[list[dict[str, Any]]]
     jump_batch: int
     ends: list[str] = field(default_factory=lambda: [t["name"] for t in TYPES])
-    switches: dict[int, list[tuple[str, str]]] = field(default_factory=dict)
-    updates: dict[int, list[str]] = field(default_factory=dict)
-    """Batch index -> statements updated right after it (``PUT /queries/{id}?state=warm`` with their own text: a new
-    version rebuilt from the archive over its span, :data:`UPDATES`)."""
+    controls: list[Control] = field(default_factory=list)
 
-    @property
-    def update_order(self) -> list[tuple[int, str]]:
-        """Every update as ``(batch, statement)``, in the order they are posted (an ``update:n`` fault counts in this
+    def of_kind(self, kind: str) -> list[Control]:
+        """The controls of ``kind``, in the order they are posted (a ``switch:n`` or ``update:n`` fault counts in this
         list, from 0)."""
-        return [(b, name) for b in sorted(self.updates) for name in self.updates[b]]
-
-    @property
-    def switch_order(self) -> list[tuple[int, str, str]]:
-        """Every switch as ``(batch, statement, plan)``, in the order they are posted (a ``switch:n`` fault counts
-        in this list, from 0)."""
-        return [(b, name, plan) for b in sorted(self.switches) for name, plan in self.switches[b]]
+        return [c for c in self.controls if c.kind == kind]
 
     @property
     def events(self) -> int:
@@ -241,9 +242,10 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
         batches.setdefault(sec // batch_s, []).append(ev)
     listed = [batches[k] for k in sorted(batches)]
     jump_batch = jump_s // batch_s
-    switches: dict[int, list[tuple[str, str]]] = {}
-    for after, pairs in ((max(1, jump_batch // 3), SWITCHES[:2]), (jump_batch + 1, SWITCHES[2:])):
-        if after < len(listed) - 1:
-            switches.setdefault(after, []).extend(pairs)
-    updates = {jump_batch * 2 // 3: list(UPDATES)} if 0 < jump_batch * 2 // 3 < len(listed) - 1 else {}
-    return Stream(listed, jump_batch, switches=switches, updates=updates)
+    placed = [
+        *(Control(max(1, jump_batch // 3), "switch", name, plan) for name, plan in SWITCHES[:2]),
+        *(Control(jump_batch * 2 // 3, "update", name) for name in UPDATES),
+        *(Control(jump_batch + 1, "switch", name, plan) for name, plan in SWITCHES[2:]),
+    ]
+    controls = [c for c in placed if 0 < c.after < len(listed) - 1]
+    return Stream(listed, jump_batch, controls=controls)

@@ -105,8 +105,9 @@ def start_as_asked(
     except ValueError as e:
         raise ApiError(422, str(e), "query.state") from None
     lq = runtime.queries[row.id]
-    row.warmed, row.resume_seq, row.checkpoint_seq = lq.warmed, lq.resume_seq, lq.checkpoint_seq
-    session.commit()
+    if lq.warmed:  # an EMIT INTO statement is not (warm_query): its row stays as a state=reset start leaves it
+        row.warmed, row.resume_seq, row.checkpoint_seq = True, lq.resume_seq, lq.checkpoint_seq
+        session.commit()
 
 
 def deferrable(row: QueryRow, compiled: AnyStatement, state: str, runtime: LiveRuntime) -> bool:

@@ -44,8 +44,10 @@ PLANS = {
 }
 
 
-@pytest.fixture(scope="session")  # not module: the suite runs this module once per database kind (``database_kind``
-def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Outcome:  # is session-scoped), the run is the same
+@pytest.fixture(scope="session")
+def fault_free(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
+    """The fault-free run, once per test session: a module-scoped one ran twice, as the suite runs this module once
+    per database kind (``database_kind`` is session-scoped) and the run is the same for both."""
     tmp = tmp_path_factory.mktemp("crash-fault-free")
     with scratch_database("sqlite", tmp) as db:
         return Run(db, tmp / "data", STREAM, []).go()

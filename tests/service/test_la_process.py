@@ -5,6 +5,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from engine.detector import compile
@@ -320,8 +321,6 @@ def test_a_warmed_query_process_imports_nothing_at_its_first_answer() -> None:
         assert [e.id for e in rows_to_events(answer, memo)] == [1, 2]
         print(sorted(set(sys.modules) - before))
     """)
-    from pathlib import Path
-
     repo = Path(__file__).resolve().parents[2]  # the script imports the project's modules, whatever pytest's cwd
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo)
     assert done.returncode == 0, done.stderr[-2000:]
