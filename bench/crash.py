@@ -59,23 +59,21 @@ import httpx
 from bench.crash_workload import KINDS, STATEMENTS, TYPES, Control, Stream, make_stream
 from cli.service_process import HARNESS_SETTINGS, Database, ServiceError, ServiceProcess, scratch_database
 from cli.webhook_receiver import WebhookReceiver
+from service.core import faults
 
+IMPORT_POINTS = ("results.import.before_commit", "results.import.after_commit")
+"""Crash points the workload does not pass (it imports no results; tests/crash/test_results_import_crash.py kills
+there)."""
 POINTS: dict[str, str] = {
-    "ingest.after_wal": "mid-request: after the WAL append, before matching",
-    "ingest.before_alert_commit": "mid-request: after matching, before the alert transaction commits",
-    "archive.flush.before_commit": "mid-archive flush: before the Delta commit",
-    "archive.flush.before_wal_delete": "mid-archive flush: after the Delta commits, before the WAL deletion",
-    "checkpoint.mid_transaction": "mid-checkpoint: inside the checkpoint transaction",
-    "webhook.after_post": "mid-delivery: after the receiver's 2xx, before the delivered mark",
-    "la.request_submitted": "archive requests in flight: right after a request is submitted",
-    "plan.switch.before_commit": "mid-plan switch: the new plan running, before its choice commits",
+    **{p: where for p, where in faults.POINTS.items() if p not in IMPORT_POINTS},
     "jump": "SIGKILL right after the 30-day event-time jump",
     "end": "SIGKILL right after a stream's end (POST /event-types/{name}/end) is acknowledged",
     "switch": "SIGKILL right after a plan switch (POST /queries/{id}/plan) is acknowledged",
     "update": "SIGKILL right after an update with state=warm (PUT /queries/{id}?state=warm) is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
-"""The fault points, in the table's column order."""
+"""The fault points, in the table's column order: the service's crash points (``service.core.faults.POINTS``), then
+the harness's own."""
 CONTROL_POINTS = ("switch", "update")
 """Harness points that kill right after the n-th :class:`bench.crash_workload.Control` of their kind."""
 HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "sigterm")

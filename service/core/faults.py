@@ -13,13 +13,8 @@ the environment of the process says so, read once at import (a live-and-archived
 - ``LACE_CRASH_TRACE=<file>``: every pass appends ``<name> <pid>`` to the file (the suite counts a fault-free run's
   passes to choose ``n``).
 
-The points (docs/architecture.md section 4): ``archive.flush.before_commit``, ``archive.flush.before_wal_delete``
-(``archive/writer.py``), ``webhook.after_post`` (``service/webhooks/dispatcher.py``), ``la.request_submitted``
-(``service/live/live_archived.py``), ``ingest.after_wal`` (``service/live/ingest.py``),
-``ingest.before_alert_commit``, ``results.import.before_commit`` and ``results.import.after_commit``
-(``service/live/results.py``: ``POST /queries/{id}/results``, tests/crash/test_results_import_crash.py) and
-``checkpoint.mid_transaction`` (``service/live/recovery.py``) and ``plan.switch.before_commit`` (``service/plan.py``:
-a running query switched to its new plan, the choice not committed).
+The points are :data:`POINTS` (name -> where it kills; docs/architecture.md section 4); the code passes exactly
+these names (tests/crash/test_faults.py).
 """
 from __future__ import annotations
 
@@ -29,19 +24,20 @@ import signal
 import sys
 import threading
 
-POINTS = (
-    "archive.flush.before_commit",
-    "archive.flush.before_wal_delete",
-    "webhook.after_post",
-    "la.request_submitted",
-    "ingest.after_wal",
-    "ingest.before_alert_commit",
-    "checkpoint.mid_transaction",
-    "results.import.before_commit",
-    "results.import.after_commit",
-    "plan.switch.before_commit",
-)
-"""Every crash point in the code."""
+POINTS: dict[str, str] = {
+    "ingest.after_wal": "mid-request: after the WAL append, before matching",
+    "ingest.before_alert_commit": "mid-request: after matching, before the alert transaction commits",
+    "archive.flush.before_commit": "mid-archive flush: before the Delta commit",
+    "archive.flush.before_wal_delete": "mid-archive flush: after the Delta commits, before the WAL deletion",
+    "checkpoint.mid_transaction": "mid-checkpoint: inside the checkpoint transaction",
+    "webhook.after_post": "mid-delivery: after the receiver's 2xx, before the delivered mark",
+    "la.request_submitted": "archive requests in flight: right after a request is submitted",
+    "plan.switch.before_commit": "mid-plan switch: the new plan running, before its choice commits",
+    "results.import.before_commit": "mid-import of results: before the import's transaction commits",
+    "results.import.after_commit": "mid-import of results: after the import's transaction commits, before the answer",
+}
+"""Every crash point in the code, name -> where it kills (the crash harness's table, bench/crash.py, reads it:
+one list, so a point added here is one the service accepts and the harness knows)."""
 
 
 def _armed(spec: str) -> tuple[str, int] | None:
@@ -49,7 +45,7 @@ def _armed(spec: str) -> tuple[str, int] | None:
     if not spec:
         return None
     if name not in POINTS or not n.isdigit() or int(n) < 1:
-        raise ValueError(f"LACE_CRASH_AT={spec!r}: expected <point>:<n> with n >= 1, the point one of {POINTS}")
+        raise ValueError(f"LACE_CRASH_AT={spec!r}: expected <point>:<n> with n >= 1, the point one of {list(POINTS)}")
     return name, int(n)
 
 

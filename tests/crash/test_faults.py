@@ -69,3 +69,21 @@ def test_a_process_that_does_not_lead_its_group_kills_only_itself() -> None:
 def test_a_bad_spec_is_refused_at_start() -> None:
     code, out = run({"LACE_CRASH_AT": "nowhere:1"}, own_group=True)
     assert code == 1 and out == []
+
+
+def test_every_crash_point_in_the_code_is_listed_once_and_the_harness_knows_it() -> None:
+    """``faults.POINTS`` is the one list: the names the code passes are exactly its keys (a point added to the code
+    but not the list makes the service refuse ``LACE_CRASH_AT`` at it; one left in the list after the code lost it
+    is a fault that never fires), and the harness's table has every one the workload passes."""
+    import re
+
+    from bench.crash import IMPORT_POINTS
+    from bench.crash import POINTS as HARNESS
+    from service.core.faults import POINTS
+
+    used = set()
+    for d in ("service", "archive", "engine", "cli"):
+        for f in (PACKAGE_ROOT / d).rglob("*.py"):
+            used |= set(re.findall(r'crash_point\("([^"]+)"\)', f.read_text()))
+    assert used == set(POINTS)
+    assert set(POINTS) - set(IMPORT_POINTS) <= set(HARNESS)
