@@ -18,6 +18,8 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
   running and its choice not committed;
 - ``update``: SIGKILL of the group right after the n-th update (``PUT /queries/{id}?state=warm``,
   ``Stream.of_kind("update")``, counted from 0) is acknowledged;
+- ``pause``, ``resume``: SIGKILL of the group right after the n-th pause or resume of a statement
+  (``POST /queries/{id}/pause``, ``/resume``; ``Stream.of_kind``, counted from 0) is acknowledged;
 - ``sigterm``: a clean stop before request n (a batch, or an end call).
 
 The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
@@ -70,11 +72,13 @@ POINTS: dict[str, str] = {
     "end": "SIGKILL right after a stream's end (POST /event-types/{name}/end) is acknowledged",
     "switch": "SIGKILL right after a plan switch (POST /queries/{id}/plan) is acknowledged",
     "update": "SIGKILL right after an update with state=warm (PUT /queries/{id}?state=warm) is acknowledged",
+    "pause": "SIGKILL right after a pause (POST /queries/{id}/pause) is acknowledged",
+    "resume": "SIGKILL right after a resume (POST /queries/{id}/resume) is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order: the service's crash points (``service.core.faults.POINTS``), then
 the harness's own."""
-CONTROL_POINTS = ("switch", "update")
+CONTROL_POINTS = ("switch", "update", "pause", "resume")
 """Harness points that kill right after the n-th :class:`bench.crash_workload.Control` of their kind."""
 HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
@@ -94,7 +98,8 @@ class Fault:
     """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the
     request (the batches, then the end calls: :attr:`Stream.steps`) before which ``sigterm`` stops the service, how
     many batches after the jump's ``jump`` kills it, after which end call (counted from 0) ``end`` kills it, or after
-    which control of its kind (``Stream.of_kind``, from 0) ``switch`` or ``update`` kills it (a harness fault waiting
+    which control of its kind (``Stream.of_kind``, from 0) ``switch``, ``update``, ``pause`` or ``resume``
+    kills it (a harness fault waiting
     behind an earlier one comes at the first request at or after its own)."""
 
     point: str
@@ -263,8 +268,8 @@ class Run:
         return r
 
     def post(self, i: int) -> bool:
-        """POST batch ``i``, then the plan switches and updates that follow it; False when one was not acknowledged
-        (the service died meanwhile: the step is posted again, batch, switches and updates)."""
+        """POST batch ``i``, then the controls that follow it (:class:`Control`); False when one was not acknowledged
+        (the service died meanwhile: the step is posted again, batch and controls)."""
         batch = self.stream.batches[i]
         r = self._request(f"batch {i}", "/events", batch)
         if r is None:
@@ -285,11 +290,13 @@ class Run:
         return True
 
     def control(self, c: Control) -> bool:
-        """Post control ``c`` (a plan switch, or an update with ``state=warm`` to the statement's own text); False
-        when it was not acknowledged."""
+        """Post control ``c`` (a plan switch, an update with ``state=warm`` to the statement's own text, a pause or a
+        resume); False when it was not acknowledged."""
         path = f"/queries/{self.ids[c.statement]}"
         if c.kind == "switch":
             return self._request(f"switch {c.statement} to {c.plan}", f"{path}/plan", {"plan": c.plan}) is not None
+        if c.kind in ("pause", "resume"):
+            return self._request(f"{c.kind} {c.statement}", f"{path}/{c.kind}") is not None
         s = next(s for s in STATEMENTS if s.name == c.statement)
         body = {"text": s.text, **s.options}
         return self._request(f"update {s.name}", path, body, method="PUT", params={"state": "warm"}) is not None

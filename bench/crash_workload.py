@@ -21,10 +21,11 @@ The stream is posted in batches of ``batch_s`` seconds of event time, each type 
 by its end); after ``jump_at`` of it event time jumps 30 days ahead. Then every ingested type's stream ends with
 ``POST /event-types/{name}/end`` (:attr:`Stream.ends`): its watermark becomes the end of time, so every window,
 SLLAA subwindow and pending live instance closes (no event is posted to close them). Producer ids make every re-post
-idempotent; an end posted again answers ``already_ended``. Three plan switches (:data:`SWITCHES`) and two updates
-with ``state=warm`` (:data:`UPDATES`) are posted right after given batches, in the same step: one not acknowledged is
-posted again with its batch (switching to the plan in use, or a new version warmed again, rebuilds the query's state
-again, losing and repeating nothing).
+idempotent; an end posted again answers ``already_ended``. Three plan switches (:data:`SWITCHES`), two updates
+with ``state=warm`` (:data:`UPDATES`) and a pause and a resume of the ``EMIT INTO`` chain's emitter (:data:`PAUSED`)
+are posted right after given batches, in the same step: one not acknowledged is posted again with its batch
+(switching to the plan in use, or a new version warmed again, rebuilds the query's state again, losing and repeating
+nothing; pausing a paused statement or resuming a running one changes nothing).
 """
 from __future__ import annotations
 
@@ -159,6 +160,12 @@ UPDATES: list[str] = ["live_pattern", "agg_sliding"]
 the same text (the new version's partial matches and windows rebuilt from the archive: what it completes from that
 history is dropped, what it completes later is alerted as the old version would have)."""
 
+PAUSED = "hi"
+"""The statement paused mid-stream (``POST /queries/{id}/pause``, half way to the jump: its partial matches dropped,
+nothing derived or alerted while paused) and resumed (``POST /queries/{id}/resume``, five sixths of the way: it sees
+the events after the call): the ``EMIT INTO`` chain's emitter, so its readers (``hi_pair``, ``chain``) see the gap
+too. A restart must keep it paused, and after the resume feed it only what came after it."""
+
 KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 """The suite's rows, in order."""
 
@@ -166,7 +173,8 @@ KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 @dataclass(frozen=True)
 class Control:
     """A request about a statement posted right after batch ``after``, in the same step: ``kind`` ``switch``
-    (``POST /queries/{id}/plan`` to ``plan``) or ``update`` (``PUT /queries/{id}?state=warm`` with its own text)."""
+    (``POST /queries/{id}/plan`` to ``plan``), ``update`` (``PUT /queries/{id}?state=warm`` with its own text),
+    ``pause`` or ``resume`` (``POST /queries/{id}/pause``, ``/resume``)."""
 
     after: int
     kind: str
@@ -178,8 +186,8 @@ class Control:
 class Stream:
     """The batches to post (each a list of event JSON objects), the index of the first batch after the jump, the
     ingested types whose streams end after the last batch (``POST /event-types/{name}/end``, in this order), and the
-    plan switches and updates posted right after given batches (:class:`Control`, in the order they are posted:
-    :data:`SWITCHES`, :data:`UPDATES`)."""
+    plan switches, updates, pauses and resumes posted right after given batches (:class:`Control`, in the order they
+    are posted)."""
 
     batches: list[list[dict[str, Any]]]
     jump_batch: int
@@ -187,8 +195,8 @@ class Stream:
     controls: list[Control] = field(default_factory=list)
 
     def of_kind(self, kind: str) -> list[Control]:
-        """The controls of ``kind``, in the order they are posted (a ``switch:n`` or ``update:n`` fault counts in this
-        list, from 0)."""
+        """The controls of ``kind``, in the order they are posted (a ``switch:n``, ``update:n``, ``pause:n`` or
+        ``resume:n`` fault counts in this list, from 0)."""
         return [c for c in self.controls if c.kind == kind]
 
     @property
@@ -244,7 +252,9 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
     jump_batch = jump_s // batch_s
     placed = [
         *(Control(max(1, jump_batch // 3), "switch", name, plan) for name, plan in SWITCHES[:2]),
+        Control(jump_batch // 2, "pause", PAUSED),
         *(Control(jump_batch * 2 // 3, "update", name) for name in UPDATES),
+        Control(jump_batch * 5 // 6, "resume", PAUSED),
         *(Control(jump_batch + 1, "switch", name, plan) for name, plan in SWITCHES[2:]),
     ]
     controls = [c for c in placed if 0 < c.after < len(listed) - 1]
