@@ -22,10 +22,11 @@ by its end); after ``jump_at`` of it event time jumps 30 days ahead. Then every 
 ``POST /event-types/{name}/end`` (:attr:`Stream.ends`): its watermark becomes the end of time, so every window,
 SLLAA subwindow and pending live instance closes (no event is posted to close them). Producer ids make every re-post
 idempotent; an end posted again answers ``already_ended``. Three plan switches (:data:`SWITCHES`), two updates
-with ``state=warm`` (:data:`UPDATES`) and a pause and a resume of the ``EMIT INTO`` chain's emitter (:data:`PAUSED`)
-are posted right after given batches, in the same step: one not acknowledged is posted again with its batch
-(switching to the plan in use, or a new version warmed again, rebuilds the query's state again, losing and repeating
-nothing; pausing a paused statement or resuming a running one changes nothing).
+with ``state=warm`` (:data:`UPDATES`) and a pause and a resume of the ``EMIT INTO`` chain's emitter and the four
+live-and-archived queries (:data:`PAUSED`) are posted right after given batches, in the same step: one not
+acknowledged is posted again with its batch (switching to the plan in use, or a new version warmed again, rebuilds
+the query's state again, losing and repeating nothing; pausing a paused statement or resuming a running one changes
+nothing).
 """
 from __future__ import annotations
 
@@ -160,11 +161,13 @@ UPDATES: list[str] = ["live_pattern", "agg_sliding"]
 the same text (the new version's partial matches and windows rebuilt from the archive: what it completes from that
 history is dropped, what it completes later is alerted as the old version would have)."""
 
-PAUSED = "hi"
-"""The statement paused mid-stream (``POST /queries/{id}/pause``, half way to the jump: its partial matches dropped,
-nothing derived or alerted while paused) and resumed (``POST /queries/{id}/resume``, five sixths of the way: it sees
-the events after the call): the ``EMIT INTO`` chain's emitter, so its readers (``hi_pair``, ``chain``) see the gap
-too. A restart must keep it paused, and after the resume feed it only what came after it."""
+PAUSED: list[str] = ["hi", "la_sllaa", "la_ollaa", "la_llaa", "la_alaa"]
+"""Statements paused mid-stream (``POST /queries/{id}/pause``, half way to the jump: the results already due are
+recorded first, a live-and-archived query's waiting live instances answered; then the partial matches are dropped
+and nothing is derived or alerted while paused) and resumed (``POST /queries/{id}/resume``, five sixths of the
+way: each sees the events after the call). The ``EMIT INTO`` chain's emitter, so its readers (``hi_pair``,
+``chain``) see the gap too, and the four live-and-archived algorithms (which must still agree). A restart must keep
+them paused, and after the resume feed them only what came after it."""
 
 KINDS = list(dict.fromkeys(s.kind for s in STATEMENTS))
 """The suite's rows, in order."""
@@ -252,9 +255,9 @@ def make_stream(seed: int, seconds: int = 600, batch_s: int = 30, jump_at: float
     jump_batch = jump_s // batch_s
     placed = [
         *(Control(max(1, jump_batch // 3), "switch", name, plan) for name, plan in SWITCHES[:2]),
-        Control(jump_batch // 2, "pause", PAUSED),
+        *(Control(jump_batch // 2, "pause", name) for name in PAUSED),
         *(Control(jump_batch * 2 // 3, "update", name) for name in UPDATES),
-        Control(jump_batch * 5 // 6, "resume", PAUSED),
+        *(Control(jump_batch * 5 // 6, "resume", name) for name in PAUSED),
         *(Control(jump_batch + 1, "switch", name, plan) for name, plan in SWITCHES[2:]),
     ]
     controls = [c for c in placed if 0 < c.after < len(listed) - 1]

@@ -247,14 +247,32 @@ def update_now(
     return public(row, runtime)  # its warm: what warming fed
 
 
+PAUSE_SETTLE_S = 120.0
+"""How long a pause waits for a live-and-archived query's results already due (wall seconds) before it gives up
+with a 503 and changes nothing."""
+
+
 def pause(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic:
-    """Pause query ``query_id`` (its partial matches are dropped, its counters kept for the resume); 404 on
-    ``path.id``."""
+    """Pause query ``query_id``: its results already due are recorded first (a live-and-archived query's completed
+    live instances: the subwindow or live window that holds them is closed and their archive requests answered,
+    :meth:`LiveQuery.settle`), then its partial matches are dropped; its counters are kept for the resume.
+
+    Raises
+    ------
+    ApiError
+        404 on ``path.id``; 503 on ``path.id`` when the results due did not come within :data:`PAUSE_SETTLE_S`
+        (the query is left running: nothing is lost, the pause can be asked again).
+    """
     with runtime.control, runtime.lock:
         row = get(session, query_id)
         if row.state != "paused":
             lq = runtime.queries.get(row.id)
             if lq is not None:
+                if not lq.settle(PAUSE_SETTLE_S):
+                    raise ApiError(
+                        503, f"query {row.name}: the archive did not answer its live-and-archived results due within "
+                        f"{PAUSE_SETTLE_S:.0f} s; it is still running (try the pause again)", "path.id",
+                    )
                 row.counters = lq.totals()  # kept for the resume
             row.state = "paused"
             row.updated_at_us = now_us()

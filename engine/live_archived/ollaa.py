@@ -177,6 +177,14 @@ class OLLAA(LLAA):
     def finish(self) -> list[Match]:
         return []
 
+    def idle(self) -> list[Match]:
+        """The streams are quiet (:meth:`Runner.idle`): in archive-driven mode, bring the archive up to the
+        watermark and run the live events held for the next refresh now, as the refresh would (every event up to
+        the watermark is archived); their complete instances are joined. Live-driven mode holds nothing."""
+        if self.mode == "archive" and self.batch:
+            return self.process_batch(self.watermark + 1)
+        return []
+
     def own_deadline(self) -> int | None:
         """The next archive refresh (archive-driven mode) or selectivity decision, whichever is first."""
         times = [t for t in (self.batch_end if self.mode == "archive" else None, self.next_decision) if t is not None]

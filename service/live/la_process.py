@@ -276,6 +276,20 @@ class ProcessWorker:
         self._calls[token] = fn
         self._outbox.put(("call", token))
 
+    def settle(self, timeout_s: float) -> bool:
+        """See :meth:`LiveArchivedWorker.settle` (run by the child once it has matched what was offered before;
+        False also when the child is gone)."""
+        deadline = time.monotonic() + timeout_s
+        matched = threading.Event()
+        self.call(matched.set)  # the events go through the sender thread: the request must come after them
+        if not matched.wait(timeout_s):
+            return False
+        try:
+            left = max(0.0, deadline - time.monotonic())
+            return bool(self.chan.request("settle", left).result(timeout=left + STATS_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - gone or too slow: not settled
+            return False
+
     def stop(self) -> None:
         """Stop the child (requests in flight are abandoned: a restart replays them)."""
         if self.stopped:
@@ -610,7 +624,11 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
         elif kind == "reply":
             chan.resolve(msg[1], msg[2], msg[3])
         elif kind == "rpc":
-            _, rid, what, _args = msg
+            _, rid, what, args = msg
+            if what == "settle":  # not on the control thread: stats are asked meanwhile
+                threading.Thread(target=chan.reply, args=(rid, functools.partial(worker.settle, *args)),
+                                 daemon=True).start()
+                continue
             fn = worker.stats if what == "stats" else worker.resume_from_us
             control.submit(chan.reply, rid, fn)
         elif kind == "call":

@@ -241,6 +241,29 @@ class LiveArchivedWorker:
         """Run ``fn`` on the worker's thread once everything offered before it is matched."""
         self.queue.put(fn)
 
+    def settle(self, timeout_s: float) -> bool:
+        """Answer what is due before the query stops (a pause): match what was offered, close what waits only to
+        batch archive requests (``Runner.idle``: SLLAA's open subwindow, ALAA's live window; closing early changes no
+        result), then wait until every archive request is answered and its results committed. Live instances not
+        complete (partial matches) stay as they are. Returns False when that took more than ``timeout_s`` wall
+        seconds (the worker goes on; nothing is dropped)."""
+        deadline = time.monotonic() + timeout_s
+        matched = threading.Event()
+        self.offer([], None, idle=True)
+        self.call(matched.set)
+        if not matched.wait(timeout_s):
+            return False
+        while True:
+            with self.guard:
+                waiting = len(self.runner.waiting())
+            with self.counts:
+                busy = bool(self.in_flight) or self.backlog > 0
+            if not waiting and not busy:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+
     def stop(self) -> None:
         """Stop the thread; deferred requests still running are abandoned (a restart replays them)."""
         self.stopped = True

@@ -112,6 +112,12 @@ class LiveQuery:
         """Hand what the restart replay kept for it to its worker (nothing for a statement of the graph)."""
         self.run.offer_replayed()
 
+    def settle(self, timeout_s: float) -> bool:
+        """Before it stops on purpose (a pause): record the results already due (a live-and-archived query's
+        completed live instances: their subwindow or live window closed, their archive requests answered); its
+        partial matches are not completed. False when that took more than ``timeout_s`` wall seconds."""
+        return self.run.settle(timeout_s)
+
     def note_checkpoint(self, next_seq: int, recorded: bool) -> None:
         """Take its checkpoint at ``next_seq`` when every result of the events before it is recorded: the runtime
         recorded all it found (``recorded``) and it records no results later (a worker does; then it keeps

@@ -69,6 +69,10 @@ class GraphRun:
         """Call ``fn`` now: what it was handed is matched."""
         fn()
 
+    def settle(self, timeout_s: float) -> bool:
+        """True: its results are recorded as ingest matches them (nothing waits)."""
+        return True
+
     def extra_span_us(self, options: RunOptions) -> int:
         """Nothing beyond what the statement declares."""
         return 0
@@ -178,6 +182,11 @@ class WorkerRun:
     def call(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once the worker has matched what it was handed."""
         self.worker.call(fn)
+
+    def settle(self, timeout_s: float) -> bool:
+        """Have the worker answer what is due before it stops (:meth:`LiveArchivedWorker.settle`); False when it
+        took more than ``timeout_s`` wall seconds."""
+        return self.worker.settle(timeout_s)
 
     def extra_span_us(self, options: RunOptions) -> int:
         """Its tolerance ``T_L``: live instances wait that long for their subwindow to close."""

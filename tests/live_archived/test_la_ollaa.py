@@ -64,3 +64,26 @@ def test_a_fixed_mode_is_kept_and_bad_modes_are_refused():
     assert runner.stats()["ollaa"]["mode"] == "archive" and runner.counters.stat_requests == 0
     with pytest.raises(ValueError, match="mode"):
         run_memory(plan, "ollaa", [], mode="sometimes")
+
+
+def test_archive_driven_ollaa_runs_its_held_live_events_when_the_streams_are_quiet():
+    """In archive-driven mode live events wait for the next archive refresh (every ``T_L``), like an SLLAA
+    subwindow: when the streams go quiet (``idle``, and a pause) they are run at once, with the results the end of
+    input gives, and nothing comes twice after."""
+    from engine.live_archived.runner import make_runner
+    from engine.live_archived.source import MemoryArchive
+
+    plan = compile_live_archived(QUERY.format(theta=0.5))
+    events = stream(n=400)
+    want, _ = run_memory(plan, "llaa", events)
+    archive = MemoryArchive()
+    runner = make_runner("ollaa", plan, archive, tolerance_us=60 * S, mode="archive", decide_every_us=50 * S)
+    got = []
+    for e in events:
+        archive.append(e)
+        got += runner.push(e)
+    assert runner.batch  # held for the refresh: nothing more comes in event time
+    got += runner.idle()
+    assert not runner.batch and runner.idle() == []
+    got += runner.flush()
+    assert sorted(r.ids()["l"] for r in got) == sorted(r.ids()["l"] for r in want) and len(got) == len(want)

@@ -3,7 +3,8 @@
 Live-only and live-and-archived queries (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``) alike.
 Creating or resuming a query starts it at once: it sees every event ingested after the answer
 (and none before; a live-and-archived query's archived side reads everything archived before
-each live instance). Updating restarts it with the new text; pausing drops its partial matches.
+each live instance). Updating restarts it with the new text; pausing records the results already due (a
+live-and-archived query's completed live instances), then drops its partial matches.
 Bad LQL is a 422 with the line and column; options that do not fit the query a 422 naming them.
 The statement's model and API shape are :mod:`service.statement`, its life in the runtime
 :mod:`service.statement_lifecycle`, its plan :mod:`service.plan`.
@@ -18,7 +19,7 @@ from fastapi import APIRouter, Query, Request, Response
 from service import alert, plan, statement, statement_lifecycle
 from service.api.deps import AdminKey, ReadKey, RuntimeDep, SessionDep
 from service.schemas.alerts import MatchIn, ResultsImported
-from service.schemas.common import ERRORS, Id
+from service.schemas.common import ERRORS, ErrorBody, Id
 from service.schemas.plans import ExplainRequest, ExplainResult
 from service.schemas.resources import PlanSwitch, QueryCreate, QueryPublic, QueryUpdate, RuleGraphPublic
 
@@ -106,7 +107,12 @@ def update_query(
     return statement_lifecycle.update(session, runtime, id, body, compiled, choice, state, emit_history)
 
 
-@router.post("/{id:int}/pause", summary="Pause a query (drops its partial matches)")
+@router.post(
+    "/{id:int}/pause",
+    summary="Pause a query (records the results already due, then drops its partial matches)",
+    responses={503: {"model": ErrorBody, "description": "A live-and-archived query's results due did not come in time"
+                     " (it still runs; ask again)"}},
+)
 def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
     return statement_lifecycle.pause(session, runtime, id)
 
