@@ -18,7 +18,7 @@ from engine.detector import statement_class
 from service.core.errors import ApiError
 from service.db.models import QueryRow
 from service.db.session import now_us, session_write_gate
-from service.live.runtime import LiveRuntime, RunOptions
+from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.live.warm import warm_query
 from service.schemas.resources import QueryCreate, QueryPublic, QueryUpdate
 from service.statement import (
@@ -177,6 +177,28 @@ def create(
     return public(row, runtime)  # its warm: what warming fed
 
 
+SETTLE_S = 120.0
+"""How long a pause or an update waits for a live-and-archived query's results already due (wall seconds)."""
+
+
+def settle(lq: LiveQuery, what: str) -> None:
+    """Record the results of the running statement ``lq`` already due before it stops (``what``: ``pause`` or
+    ``update``): a live-and-archived query's completed live instances are answered (:meth:`LiveQuery.settle`);
+    its partial matches are not completed. Call under the runtime's lock (no event reaches it meanwhile).
+
+    Raises
+    ------
+    ApiError
+        503 on ``path.id`` when they did not come within :data:`SETTLE_S` (the archive is slow or failing): nothing
+        was changed, the statement still runs and the request can be made again.
+    """
+    if not lq.settle(SETTLE_S):
+        raise ApiError(
+            503, f"query {lq.name}: the archive did not answer the live-and-archived results it has due within "
+            f"{SETTLE_S:.0f} s; nothing was changed and it still runs (try the {what} again)", "path.id",
+        )
+
+
 def update(
     session: Session,
     runtime: LiveRuntime,
@@ -232,10 +254,13 @@ def update_now(
     Raises
     ------
     ApiError
-        Those of :func:`~service.statement.apply_options`, :func:`~service.statement.check_flow` and
+        Those of :func:`settle`, :func:`~service.statement.apply_options`, :func:`~service.statement.check_flow` and
         :func:`start_as_asked`.
     """
     with runtime.lock:
+        running = runtime.queries.get(row.id)
+        if running is not None:
+            settle(running, "update")  # the old version's results already due
         t = runtime.activation_us()
         apply_options(row, body, compiled, runtime)
         check_flow(session, runtime, compiled, row.id)
@@ -247,11 +272,6 @@ def update_now(
     return public(row, runtime)  # its warm: what warming fed
 
 
-PAUSE_SETTLE_S = 120.0
-"""How long a pause waits for a live-and-archived query's results already due (wall seconds) before it gives up
-with a 503 and changes nothing."""
-
-
 def pause(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic:
     """Pause query ``query_id``: its results already due are recorded first (a live-and-archived query's completed
     live instances: the subwindow or live window that holds them is closed and their archive requests answered,
@@ -260,19 +280,14 @@ def pause(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic:
     Raises
     ------
     ApiError
-        404 on ``path.id``; 503 on ``path.id`` when the results due did not come within :data:`PAUSE_SETTLE_S`
-        (the query is left running: nothing is lost, the pause can be asked again).
+        404 on ``path.id``; 503 on ``path.id`` from :func:`settle` (the query is left running).
     """
     with runtime.control, runtime.lock:
         row = get(session, query_id)
         if row.state != "paused":
             lq = runtime.queries.get(row.id)
             if lq is not None:
-                if not lq.settle(PAUSE_SETTLE_S):
-                    raise ApiError(
-                        503, f"query {row.name}: the archive did not answer its live-and-archived results due within "
-                        f"{PAUSE_SETTLE_S:.0f} s; it is still running (try the pause again)", "path.id",
-                    )
+                settle(lq, "pause")
                 row.counters = lq.totals()  # kept for the resume
             row.state = "paused"
             row.updated_at_us = now_us()

@@ -152,13 +152,14 @@ def test_ending_a_stream_closes_it_durably(database_kind: str, tmp_path: Path, r
         assert len(keys) == len(set(keys)) == len(want), "an alert was delivered twice"
 
 
-def test_a_pause_records_the_results_already_due_first(
-    database_kind: str, tmp_path: Path, receiver: Receiver
+@pytest.mark.parametrize("how", ["pause", "update"])
+def test_a_pause_or_an_update_records_the_results_already_due_first(
+    how: str, database_kind: str, tmp_path: Path, receiver: Receiver
 ) -> None:
     """Every live instance here is complete (one live event), waiting in SLLAA's open subwindow (T_L = 1 day, no
-    idleness): a pause answers them before it stops the query (they were dropped with its partial matches, and
-    the results depended on T_L: another algorithm, or a shorter T_L, delivered them). The resume sees only later
-    events, and nothing is delivered twice."""
+    idleness): a pause, or a new version, answers them before it stops the running query (they were dropped with
+    its partial matches, and the results depended on T_L: another algorithm, or a shorter T_L, delivered them).
+    After the resume (or as the new version) it sees only later events, and nothing is delivered twice."""
     archived, live = passes()
     want = expected(TEXT, "sllaa", archived, live)
     assert want
@@ -168,19 +169,24 @@ def test_a_pause_records_the_results_already_due_first(
             assert wait_until(partial(no_backlog, c, qid), timeout_s=60)
             assert la_stats(c, qid)["pending_live_instances"] > 0
             assert not receiver.ok()
-            r = c.post(f"/queries/{qid}/pause")
-            assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+            if how == "pause":
+                r = c.post(f"/queries/{qid}/pause")
+                assert r.status_code == 200 and r.json()["state"] == "paused", r.text
+            else:
+                r = c.put(f"/queries/{qid}", json={"text": TEXT, "algorithm": "sllaa", "tolerance": "1 day"})
+                assert r.status_code == 200 and r.json()["version"] == 2, r.text
             assert wait_until(lambda: delivered(receiver)[0] == want, timeout_s=60), (
-                f"{len(delivered(receiver)[0])} of {len(want)} results after the pause"
+                f"{len(delivered(receiver)[0])} of {len(want)} results after the {how}"
             )
-            assert int(c.get(f"/queries/{qid}").json()["totals"]["matches"]) == len(want)
-            r = c.post(f"/queries/{qid}/resume")
-            assert r.status_code == 200 and r.json()["state"] == "active", r.text
-            later = (max(e.ts for e in live) // 1000) + 60_000  # a B pass of a car that passed A before the resume
+            if how == "pause":
+                assert int(c.get(f"/queries/{qid}").json()["totals"]["matches"]) == len(want)
+                r = c.post(f"/queries/{qid}/resume")
+                assert r.status_code == 200 and r.json()["state"] == "active", r.text
+            later = (max(e.ts for e in live) // 1000) + 60_000  # a B pass of a car that passed A before
             r = c.post("/events", json=[{"type": "pass", "ts": later, "attrs": {"car": 59, "at": "B"}}])
             assert r.status_code == 200, r.text
             assert c.post("/event-types/pass/end").status_code == 200
             wait_idle(c, [qid], receiver)
             have, keys = delivered(receiver)
-            assert len(have) == len(want) + 1 and want < have, f"{len(have)} results, {len(want)} before the pause"
+            assert len(have) == len(want) + 1 and want < have, f"{len(have)} results, {len(want)} before the {how}"
             assert len(keys) == len(set(keys)), "an alert was delivered twice"

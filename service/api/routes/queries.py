@@ -23,6 +23,14 @@ from service.schemas.common import ERRORS, ErrorBody, Id
 from service.schemas.plans import ExplainRequest, ExplainResult
 from service.schemas.resources import PlanSwitch, QueryCreate, QueryPublic, QueryUpdate, RuleGraphPublic
 
+SETTLE_ERROR: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": ErrorBody,
+        "description": "A live-and-archived query's results due did not come in time (it still runs; ask again)",
+    }
+}
+"""The answer of a pause or an update when the running query's results due are not recorded in time
+(:func:`service.statement_lifecycle.settle`)."""
 router = APIRouter(prefix="/queries", tags=["queries"], responses=ERRORS)  # type: ignore[arg-type]
 
 StateParam = Annotated[
@@ -85,7 +93,11 @@ def get_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: ReadKey) -> Q
     return statement.public(statement.get(session, id), runtime)
 
 
-@router.put("/{id:int}", summary="Replace a query's text and options (a new version; ?state=warm keeps no blind spot)")
+@router.put(
+    "/{id:int}",
+    summary="Replace a query's text and options (a new version; ?state=warm keeps no blind spot)",
+    responses=SETTLE_ERROR,
+)
 def update_query(
     id: Id,
     body: QueryUpdate,
@@ -110,8 +122,7 @@ def update_query(
 @router.post(
     "/{id:int}/pause",
     summary="Pause a query (records the results already due, then drops its partial matches)",
-    responses={503: {"model": ErrorBody, "description": "A live-and-archived query's results due did not come in time"
-                     " (it still runs; ask again)"}},
+    responses=SETTLE_ERROR,
 )
 def pause_query(id: Id, session: SessionDep, runtime: RuntimeDep, _: AdminKey) -> QueryPublic:
     return statement_lifecycle.pause(session, runtime, id)
