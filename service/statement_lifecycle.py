@@ -181,10 +181,13 @@ SETTLE_S = 120.0
 """How long a pause or an update waits for a live-and-archived query's results already due (wall seconds)."""
 
 
-def settle(lq: LiveQuery, what: str) -> None:
+def settle(lq: LiveQuery | None, what: str) -> None:
     """Record the results of the running statement ``lq`` already due before it stops (``what``: ``pause`` or
-    ``update``): a live-and-archived query's completed live instances are answered (:meth:`LiveQuery.settle`);
-    its partial matches are not completed. Call under the runtime's lock (no event reaches it meanwhile).
+    ``update``; None: not running, nothing to do): a live-and-archived query's completed live instances are
+    answered (:meth:`LiveQuery.settle`); its partial matches are not completed. Called twice, under
+    ``runtime.control``: first without the runtime's lock (the wait for the archive does not hold ingest up), then
+    under it, just before the statement stops (only what ingest offered it meanwhile is left; no event reaches it
+    after).
 
     Raises
     ------
@@ -192,7 +195,7 @@ def settle(lq: LiveQuery, what: str) -> None:
         503 on ``path.id`` when they did not come within :data:`SETTLE_S` (the archive is slow or failing): nothing
         was changed, the statement still runs and the request can be made again.
     """
-    if not lq.settle(SETTLE_S):
+    if lq is not None and not lq.settle(SETTLE_S):
         raise ApiError(
             503, f"query {lq.name}: the archive did not answer the live-and-archived results it has due within "
             f"{SETTLE_S:.0f} s; nothing was changed and it still runs (try the {what} again)", "path.id",
@@ -235,6 +238,7 @@ def update(
                 query_id=row.id, name=row.name, compiled=compiled, options=opts, version=row.version, commit=commit
             )
             return public(row, runtime)
+        settle(runtime.queries.get(row.id), "update")  # the long wait, before the lock (update_now settles again)
         return update_now(row, body, compiled, choice, session, runtime, state, emit_history)
 
 
@@ -258,9 +262,7 @@ def update_now(
         :func:`start_as_asked`.
     """
     with runtime.lock:
-        running = runtime.queries.get(row.id)
-        if running is not None:
-            settle(running, "update")  # the old version's results already due
+        settle(runtime.queries.get(row.id), "update")  # the old version's results already due
         t = runtime.activation_us()
         apply_options(row, body, compiled, runtime)
         check_flow(session, runtime, compiled, row.id)
@@ -282,17 +284,19 @@ def pause(session: Session, runtime: LiveRuntime, query_id: int) -> QueryPublic:
     ApiError
         404 on ``path.id``; 503 on ``path.id`` from :func:`settle` (the query is left running).
     """
-    with runtime.control, runtime.lock:
-        row = get(session, query_id)
-        if row.state != "paused":
-            lq = runtime.queries.get(row.id)
-            if lq is not None:
-                settle(lq, "pause")
-                row.counters = lq.totals()  # kept for the resume
-            row.state = "paused"
-            row.updated_at_us = now_us()
-            session.commit()
-        runtime.registry.stop_query(row.id)
+    with runtime.control:
+        settle(runtime.queries.get(query_id), "pause")
+        with runtime.lock:
+            row = get(session, query_id)
+            if row.state != "paused":
+                lq = runtime.queries.get(row.id)
+                if lq is not None:
+                    settle(lq, "pause")
+                    row.counters = lq.totals()  # kept for the resume
+                row.state = "paused"
+                row.updated_at_us = now_us()
+                session.commit()
+            runtime.registry.stop_query(row.id)
     return public(row, runtime)
 
 
