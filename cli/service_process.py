@@ -33,6 +33,10 @@ from cli.webhook_receiver import free_port
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 """The directory holding the ``cli`` package: the child's working directory, so it imports this code."""
+PORT_TRIES = 5
+"""How many ports :meth:`ServiceProcess.start` tries when the one it chose was taken before the child bound it."""
+PORT_TAKEN = "address already in use"
+"""What uvicorn logs when its port is taken."""
 
 PG_URL = os.environ.get("LACE_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 """The PostgreSQL that :func:`scratch_database` makes schemas in (``LACE_TEST_PG_URL``; trust authentication)."""
@@ -168,13 +172,36 @@ class ServiceProcess:
         )
 
     def start(self, timeout_s: float = 120.0) -> None:
-        """Start the child and wait until ``/healthz`` answers 200.
+        """Start the child and wait until ``/healthz`` answers 200. When its port was taken meanwhile (it was free
+        when chosen; another program's connection or server may have got it since), it starts again on a new
+        one, up to :data:`PORT_TRIES` times.
 
         Raises
         ------
         ServiceError
             When the child exits or is not healthy within ``timeout_s`` (it is stopped then).
         """
+        for attempt in range(PORT_TRIES):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start_once(timeout_s)
+                return
+            except ServiceError:
+                if PORT_TAKEN not in self._logged_since(logged) or attempt == PORT_TRIES - 1:
+                    raise
+            self.port = free_port()
+            self.env["LACE_PORT"] = str(self.port)
+
+    def _logged_since(self, offset: int) -> str:
+        """What the log holds after byte ``offset``."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _start_once(self, timeout_s: float) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if self._log is None:
             self._log = open(self.log_path, "ab")
