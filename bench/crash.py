@@ -98,9 +98,8 @@ class Fault:
     """``point`` and ``at``: the pass through a crash point that kills (counted from the service's start), the
     request (the batches, then the end calls: :attr:`Stream.steps`) before which ``sigterm`` stops the service, how
     many batches after the jump's ``jump`` kills it, after which end call (counted from 0) ``end`` kills it, or after
-    which control of its kind (``Stream.of_kind``, from 0) ``switch``, ``update``, ``pause`` or ``resume``
-    kills it (a harness fault waiting
-    behind an earlier one comes at the first request at or after its own)."""
+    which control of its kind (``Stream.of_kind``, from 0) ``switch``, ``update``, ``pause`` or ``resume`` kills it
+    (a harness fault waiting behind an earlier one comes at the first request at or after its own)."""
 
     point: str
     at: int
@@ -280,13 +279,12 @@ class Run:
         )
         if why:
             self.out.rejected.append(f"batch {i}: {sum(why.values())} refused ({dict(why)})")
-        for kind in CONTROL_POINTS:
-            for n, control in enumerate(self.stream.of_kind(kind)):
-                if control.after != i:
-                    continue
-                if not self.control(control):
-                    return False
-                self.controlled[kind] = n
+        for c in self.stream.controls:  # in the order they are posted
+            if c.after != i:
+                continue
+            if not self.control(c):
+                return False
+            self.controlled[c.kind] = self.stream.of_kind(c.kind).index(c)
         return True
 
     def control(self, c: Control) -> bool:

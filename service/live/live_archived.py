@@ -242,9 +242,10 @@ class LiveArchivedWorker:
         self.queue.put(fn)
 
     def settle(self, timeout_s: float) -> bool:
-        """Answer what is due before the query stops (a pause): match what was offered, close what waits only to
-        batch archive requests (``Runner.idle``: SLLAA's open subwindow, ALAA's live window; closing early changes no
-        result), then wait until every archive request is answered and its results committed. Live instances not
+        """Answer what is due before the query stops (a pause or an update): match what was offered, close what waits
+        only to batch archive requests (``Runner.idle``: SLLAA's open subwindow, ALAA's live window, archive-driven
+        OLLAA's held refresh batch; closing early changes no result), then wait until every archive request is
+        answered and its results committed. Live instances not
         complete (partial matches) stay as they are. Returns False when that took more than ``timeout_s`` wall
         seconds (the worker goes on; nothing is dropped)."""
         deadline = time.monotonic() + timeout_s
