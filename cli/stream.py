@@ -132,7 +132,7 @@ def stream(
         fail(f"{query}: no statement")
     compiled = None
     plan = None
-    reason = refusal(trees, archive=archive is not None)
+    reason = refusal(trees)
     if reason is None:
         try:
             if isinstance(trees[0], LiveArchivedQuery):
@@ -144,7 +144,7 @@ def stream(
                 compiled = compile_query(cast(PatternQuery, trees[0]), strategy=strategy.value if strategy else None)
         except QueryError as e:
             fail(f"{query}:{e.line}:{e.column}: {e.reason}")
-        reason = refusal(trees, compiled, archive=archive is not None)
+        reason = refusal(trees, compiled)
     if reason is not None or compiled is None:
         tree = trees[0]
         name = getattr(tree, "name", None) or "statement_1"
@@ -165,7 +165,7 @@ def stream(
         from stream.archive_source import MissingTableError, archive_types, event_tables
 
         try:  # before Spark starts
-            archive_types(archive, list(event_tables(archive, compiled)))
+            archive_types(archive, list(event_tables(archive, (plan or compiled).stream_types)))
         except MissingTableError as e:
             fail(str(e))
         accepted: Iterator[Event] = iter(())  # the archive's tables are the source

@@ -28,7 +28,7 @@ Timestamps are int microseconds UTC.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +43,8 @@ class MissingTableError(RuntimeError):
     """An event type the statement reads has no Delta table in the archive; one line naming the path."""
 
 
-def event_tables(root: Path, query: CompiledQuery) -> dict[str, Path]:
-    """The Delta table of each event type ``query`` reads, ``{type: <root>/<type>}``, types sorted.
+def event_tables(root: Path, types: Iterable[str]) -> dict[str, Path]:
+    """The Delta table of each event type in ``types`` (a statement's), ``{type: <root>/<type>}``, types sorted.
 
     Raises
     ------
@@ -52,7 +52,7 @@ def event_tables(root: Path, query: CompiledQuery) -> dict[str, Path]:
         When ``<root>/<type>/_delta_log`` is missing for a type (nothing of it archived yet, or another root).
     """
     tables = {}
-    for name in sorted(query.stream_types):
+    for name in sorted(types):
         path = root / name
         if not (path / "_delta_log").is_dir():
             raise MissingTableError(
@@ -123,7 +123,7 @@ def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query:
     MissingTableError
         As :func:`event_tables`.
     """
-    tables = event_tables(root, query)
+    tables = event_tables(root, query.stream_types)
     types = archive_types(root, list(tables))
     frame = None
     for name, path in tables.items():
@@ -137,36 +137,136 @@ def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query:
     return frame
 
 
-def tail_rows(spark: Any, checkpoint: Path, text: str, strategy: str | None, lateness_us: int) -> Any:
+ARCHIVED_SCHEMA = "ak string, ev binary"
+"""The rows :func:`archived_frame` gives: the event's archive key (:func:`stream.processor.group_key`), the pickled
+event."""
+
+
+def archived_frame(spark: Any, root: Path, text: str, lo: int, hi: int, keys: set[str]) -> Any:
+    """A batch DataFrame (:data:`ARCHIVED_SCHEMA`) of the archived side of live-and-archived statement ``text``: the
+    events of its archived types in the archive at ``root`` that end in ``[lo, hi)`` (int us; ``ts_end`` of an
+    interval type, else ``ts``: as the service's archive requests select, :mod:`archive.extractor`) and whose archive
+    key (the key plan's attribute, :meth:`~engine.live_archived.plan.LiveArchivedPlan.key_of`) is one of ``keys``
+    (all of them without a key plan: every row then has the key ``""``).
+
+    Spark prunes whole days by the ``date`` partition (the UTC date of ``ts``: at most the date of ``hi``; at least
+    the date of ``lo`` for a point type, whose ``ts`` is its end) and files by their ``ts`` statistics; the rows
+    left become events in a Python worker (:func:`to_archived_rows`), only those of a wanted key.
+
+    Raises
+    ------
+    MissingTableError
+        As :func:`event_tables` and :func:`archive_types`.
+    """
+    from pyspark.sql import functions as F
+
+    from archive.reader import iso_us
+    from stream.processor import live_archived_plan
+
+    plan = live_archived_plan(text)
+    assert plan is not None
+    tables = event_tables(root, plan.archived_types)
+    types = archive_types(root, list(tables))
+    start, stop = F.timestamp_micros(F.lit(lo)), F.timestamp_micros(F.lit(hi))
+    last_day, first_day = (iso_us(hi - 1) or "9999")[:10], (iso_us(lo) or "0001")[:10]
+    frame = None
+    for name, path in tables.items():
+        etype = types[name]
+        rows = spark.read.format("delta").load(str(path))
+        end = F.col("ts_end") if etype.interval else F.col("ts")
+        where = (end >= start) & (end < stop) & (F.col("ts") < stop) & (F.col("date") <= last_day)
+        if not etype.interval:  # an interval ending in range may start days before
+            where = where & (F.col("date") >= first_day)
+        attrs = [a for a in etype.attributes if a in rows.columns]
+        columns = ["id", "ts", *(["ts_end"] if etype.interval else []), *attrs]
+        part = rows.where(where).select(*columns).mapInArrow(to_archived_rows(text, etype, keys), ARCHIVED_SCHEMA)
+        frame = part if frame is None else frame.unionByName(part)
+    return frame
+
+
+def to_archived_rows(text: str, etype: EventType, keys: set[str]) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of one archived event type: Arrow record batches of its table's rows -> record
+    batches of :data:`ARCHIVED_SCHEMA`, only the rows whose archive key is in ``keys`` (every row, key ``""``,
+    without a key plan). The key is read from the archive's conversion (:func:`archive.schema.record_to_output`,
+    timestamps as int us) before any event is built; events as the service reads them
+    (:func:`archive.schema.output_to_events`). Runs in Spark's Python workers."""
+
+    def convert(batches: Iterator[Any]) -> Iterator[Any]:
+        import pickle
+
+        import pyarrow as pa
+
+        from archive.schema import output_to_events, record_to_output
+        from stream.processor import group_key, live_archived_plan
+
+        plan = live_archived_plan(text)
+        assert plan is not None
+        attr = None if plan.key is None else plan.key.attr
+        dumps, proto = pickle.dumps, pickle.HIGHEST_PROTOCOL
+        for batch in batches:
+            table = record_to_output(etype, pa.Table.from_batches([batch]))
+            aks: list[str | None] = [""] * table.num_rows
+            if attr is not None:  # an event without the key's value joins nothing
+                values = table.column(attr).to_pylist() if attr in table.column_names else [None] * table.num_rows
+                aks = [None if v is None else group_key(v) for v in values]
+                wanted = [a in keys for a in aks]
+                table = table.filter(pa.array(wanted, pa.bool_()))
+                aks = [a for a, w in zip(aks, wanted) if w]
+            events = output_to_events(table)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(aks, pa.string()), pa.array([dumps(e, proto) for e in events], pa.binary())],
+                names=["ak", "ev"],
+            )
+
+    return convert
+
+
+def tail_rows(
+    spark: Any, checkpoint: Path, text: str, strategy: str | None, lateness_us: int,
+    join: Callable[[Any], Any] | None = None,
+) -> Any:
     """The matches the keys' states would give at the end of the stream (module docstring), as an Arrow table of
     :data:`stream.processor.OUTPUT_SCHEMA` rows; the state in ``checkpoint`` (Spark's checkpoint folder of the
-    query, its last committed batch) is read, not changed."""
-    from stream.processor import OUTPUT_SCHEMA, output_table
+    query, its last committed batch) is read, not changed. A live-and-archived statement's: its live instances
+    (:data:`~stream.processor.LA_OUTPUT_SCHEMA`) joined by ``join`` (the micro-batches' join,
+    :func:`stream.job._archive_join`), rows of :data:`~stream.processor.RESULT_SCHEMA`."""
+    from stream.processor import LA_OUTPUT_SCHEMA, OUTPUT_SCHEMA, RESULT_SCHEMA, output_table
 
+    schema = OUTPUT_SCHEMA if join is None else LA_OUTPUT_SCHEMA
     if not (checkpoint / "state").is_dir():
-        return output_table([])
+        return output_table([], OUTPUT_SCHEMA if join is None else RESULT_SCHEMA)
     spark.streams.active  # noqa: B018 - the state store coordinator the state reader asks for is made with it
     states = (
         spark.read.format("statestore").option("stateVarName", "matcher").load(str(checkpoint))
         .selectExpr("value.matcher AS matcher", "value.n AS n")
     )
-    return states.mapInArrow(_flush_states(text, strategy, lateness_us), OUTPUT_SCHEMA).toArrow()
+    flushed = states.mapInArrow(_flush_states(text, strategy, lateness_us), schema)
+    if join is None:
+        return flushed.toArrow()
+    flushed.persist()  # the join reads the instances more than once (their ranges, keys, groups)
+    try:
+        return join(flushed).toArrow()
+    finally:
+        flushed.unpersist()
 
 
 def _flush_states(text: str, strategy: str | None, lateness_us: int) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def flush(batches: Iterator[Any]) -> Iterator[Any]:
         from engine.matcher import Matcher
+        from stream import processor as p
         from stream import state
-        from stream.processor import compiled_query, match_rows, output_table
 
-        query = compiled_query(text, strategy)
+
+        query, plan = p.compiled_query(text, strategy), p.live_archived_plan(text)
         for batch in batches:
-            rows = []
+            rows: list[tuple[Any, ...]] = []
             for blob, n in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 if blob is None:
                     continue
                 matcher = state.load(Matcher(query, allowed_lateness_us=lateness_us), blob)
-                rows.extend(match_rows(matcher, int(n or 0), matcher.flush()))
-            yield from output_table(rows).to_batches()
+                found = matcher.flush()
+                done = p.match_rows(matcher, int(n or 0), found)
+                rows.extend(done if plan is None else p.instance_rows(plan, found, done))
+            yield from p.output_table(rows, p.OUTPUT_SCHEMA if plan is None else p.LA_OUTPUT_SCHEMA).to_batches()
 
     return flush

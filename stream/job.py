@@ -277,31 +277,57 @@ def write_source(
     return n
 
 
-def _archive_join(frame: Any, source: Path, text: str) -> Any:
+def _archive_join(frame: Any, archived: Callable[[Any, int, int, Any], Any], text: str) -> Any:
     """The results (:data:`stream.processor.RESULT_SCHEMA`) of a micro-batch's live instances ``frame``
-    (:data:`stream.processor.LA_OUTPUT_SCHEMA`): a Spark join with the archive, the source table at ``source``.
+    (:data:`stream.processor.LA_OUTPUT_SCHEMA`): a Spark join with the archive.
 
-    The archived side is read by Spark over the union of the instances' access ranges (one range from the smallest
-    ``lo`` to the largest ``hi``: a filter Delta prunes files by), only the archive keys of the batch's instances
-    (a broadcast semi join), then grouped by archive key with the instances (``cogroup``): per key,
+    ``archived(spark, lo, hi, instances)`` reads the archived side (rows ``ak``, ``ev``) over the union of the
+    instances' access ranges (one range from the smallest ``lo`` to the largest ``hi``: a filter Delta prunes files
+    by), only the archive keys of ``instances``: the file mode's :func:`_source_archive` or the archive mode's
+    :func:`_archive_tables`. Archived rows and instances are grouped by archive key (``cogroup``): per key,
     :func:`stream.processor.join_group` matches the archived pattern over the key's events in the key's merged ranges
     and joins (SLLAA with the micro-batch as the subwindow, 001 section 4.3). Without a key plan every row has the
-    key ``""``: one group, no parallelism."""
+    key ``""``: one group, no parallelism. Rows of events rejected as late (archive mode, kind
+    :data:`stream.processor.LATE`) are passed on as they are (``r`` 0), not joined."""
     from pyspark.sql import functions as F
 
-    from stream.processor import RESULT_SCHEMA, join_group
+    from stream.processor import LATE, RESULT_SCHEMA, join_group
 
     spark = frame.sparkSession
-    lo, hi = frame.agg(F.min("lo"), F.max("hi")).first()
+    late = frame.where(F.col("kind") == LATE).select(*[F.lit(0).cast("long").alias(f.name) if f.name == "r"
+                                                       else F.col(f.name) for f in RESULT_SCHEMA.fields])
+    instances = frame.where(F.col("kind") != LATE)
+    lo, hi = instances.agg(F.min("lo"), F.max("hi")).first()
     if lo is None:  # no instance
-        return spark.createDataFrame([], RESULT_SCHEMA)
-    archived = (
+        return late
+    joined = instances.groupBy("ak").cogroup(archived(spark, lo, hi, instances).groupBy("ak")).applyInPandas(
+        join_group(text), schema=RESULT_SCHEMA
+    )
+    return joined.unionByName(late)
+
+
+def _source_archive(spark: Any, lo: int, hi: int, instances: Any, source: Path) -> Any:
+    """The file mode's archived side (:func:`_archive_join`): the source table's rows with an archive key (events
+    of an archived type) whose ``ts`` (= ts_end) is in ``[lo, hi)``, of the keys of ``instances`` (a broadcast semi
+    join)."""
+    from pyspark.sql import functions as F
+
+    return (
         spark.read.format("delta").load(str(source))
         .where(F.col("ak").isNotNull() & (F.col("ts") >= lo) & (F.col("ts") < hi))
         .select("ak", "ev")
-        .join(F.broadcast(frame.select("ak").distinct()), "ak", "left_semi")
+        .join(F.broadcast(instances.select("ak").distinct()), "ak", "left_semi")
     )
-    return frame.groupBy("ak").cogroup(archived.groupBy("ak")).applyInPandas(join_group(text), schema=RESULT_SCHEMA)
+
+
+def _archive_tables(spark: Any, lo: int, hi: int, instances: Any, root: Path, text: str) -> Any:
+    """The archive mode's archived side (:func:`_archive_join`): the archive's tables of the archived types,
+    :func:`stream.archive_source.archived_frame`, of the keys of ``instances`` (collected to the driver: one per
+    live key of the micro-batch, passed to the workers that build events)."""
+    from stream.archive_source import archived_frame
+
+    keys = {row[0] for row in instances.select("ak").distinct().collect()}
+    return archived_frame(spark, root, text, lo, hi, keys)
 
 
 def _results_writer(
@@ -345,7 +371,7 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
     """
     from deltalake import DeltaTable
 
-    from stream.processor import LA_OUTPUT_SCHEMA, OUTPUT_SCHEMA, LaceProcessor, output_table
+    from stream.processor import LA_OUTPUT_SCHEMA, OUTPUT_SCHEMA, RESULT_SCHEMA, LaceProcessor, output_table
 
     tail_keys.clear()
     spark = spark_session(job.master)
@@ -365,7 +391,11 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
             raise StreamJobError(str(e)) from None
     else:
         source = spark.readStream.format("delta").option("maxFilesPerTrigger", 1).load(str(workdir / "source"))
-    join = None if job.plan is None else partial(_archive_join, source=workdir / "source", text=job.text)
+    join = None
+    if job.plan is not None:
+        archived = (partial(_source_archive, source=workdir / "source") if job.archive is None
+                    else partial(_archive_tables, root=job.archive, text=job.text))
+        join = partial(_archive_join, archived=archived, text=job.text)
     frame = (
         source
         .withWatermark("et", f"{lateness_ms} milliseconds")
@@ -393,15 +423,15 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
     if (workdir / "results" / "_delta_log").is_dir():
         table = DeltaTable(str(workdir / "results")).to_pyarrow_table()
     else:
-        table = output_table([])
+        table = output_table([], OUTPUT_SCHEMA if job.plan is None else RESULT_SCHEMA)
     if job.archive is not None:
         import pyarrow as pa
 
         from stream.archive_source import tail_rows
 
-        tail = tail_rows(spark, workdir / "stream", job.text, job.strategy, job.lateness_us)
-        tail_keys.update(pickle.loads(blob).key() for blob in tail.column("m").to_pylist())
-        names = [f.name for f in OUTPUT_SCHEMA]
+        tail = tail_rows(spark, workdir / "stream", job.text, job.strategy, job.lateness_us, join)
+        tail_keys.update(pickle.loads(blob).key() for blob in tail.column("m").to_pylist() if blob)
+        names = [f.name for f in (OUTPUT_SCHEMA if job.plan is None else RESULT_SCHEMA)]
         table = table.select(names)
         table = pa.concat_tables([table, tail.select(names).cast(table.schema)])
     return table

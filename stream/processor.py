@@ -279,14 +279,16 @@ def join_group(text: str) -> Any:
     return join
 
 
-def output_table(rows: list[tuple[int, int, int, int, int, int, bytes]]) -> Any:
-    """``rows`` (:func:`match_rows`'s, or a late event's) as a ``pyarrow.Table`` of :data:`OUTPUT_SCHEMA`'s columns
-    (int64, ``m`` binary); an empty table when there are none."""
+def output_table(rows: list[tuple[Any, ...]], schema: StructType = OUTPUT_SCHEMA) -> Any:
+    """``rows`` (:func:`match_rows`'s, a late event's; with ``schema`` :data:`LA_OUTPUT_SCHEMA`,
+    :func:`instance_rows`'s; with :data:`RESULT_SCHEMA`, :func:`join_group`'s) as a ``pyarrow.Table`` of
+    ``schema``'s columns (``m`` binary, ``ak`` string, the others int64); an empty table when there are none."""
     import pyarrow as pa
 
-    cols = list(zip(*rows)) if rows else [()] * len(_COLUMNS)
-    return pa.table([pa.array(c, pa.binary() if name == "m" else pa.int64()) for name, c in zip(_COLUMNS, cols)],
-                    names=_COLUMNS)
+    names = [f.name for f in schema.fields]
+    kinds = {"m": pa.binary(), "ak": pa.string()}
+    cols = list(zip(*rows)) if rows else [()] * len(names)
+    return pa.table([pa.array(c, kinds.get(name, pa.int64())) for name, c in zip(names, cols)], names=names)
 
 
 def _place(m: Match, trailing: set[int], window_us: int) -> tuple[int, int, int, int, int]:

@@ -2,12 +2,10 @@
 
 It runs one live-only pattern statement (PATTERN ... WHERE ... PARTITION BY ... WITHIN ..., any RETURN, every
 strategy but strict contiguity), keyed by its PARTITION BY (without one, every event has the same key: one
-state-store key, no parallelism), or, over an event file, one live-and-archived statement (``LIVE ... ARCHIVED ...
-LOOKBACK ... JOIN``; its live pattern as a live-only one, the archived side a Spark join per micro-batch,
-:mod:`stream.job`). Refused, with the reason :func:`refusal` gives:
+state-store key, no parallelism), or one live-and-archived statement (``LIVE ... ARCHIVED ... LOOKBACK ... JOIN``;
+its live pattern as a live-only one, the archived side a Spark join per micro-batch, :mod:`stream.job`), over an
+event file or the archive. Refused, with the reason :func:`refusal` gives:
 
-* live-and-archived statements over the archive (``lace stream --archive``): the join over the archive's own Delta
-  tables (per type, keyed as the service writes them) is not built; over ``--events`` they run;
 * a live-and-archived statement with ``EMIT INTO`` (a rule graph, as below);
 * INTERVAL derivation, FILTER, AGGREGATE, ``EMIT INTO`` and several statements in one run (layered rules, 003):
   a rule graph routes derived events between statements, one ordered stream, not one keyed stream per statement;
@@ -22,20 +20,16 @@ from typing import Any
 from engine.compiler import CompiledQuery
 
 
-def refusal(trees: list[Any], compiled: CompiledQuery | None = None, *, archive: bool = False) -> str | None:
+def refusal(trees: list[Any], compiled: CompiledQuery | None = None) -> str | None:
     """Why the parsed statements ``trees`` (from :func:`engine.lql.parser.parse_script`) cannot run on Spark, or
     None. ``compiled``: the single pattern statement compiled (of a live-and-archived statement: its live pattern),
-    for the checks that need its plans. ``archive``: the events are the archive's tables (``--archive``), not a
-    file's."""
+    for the checks that need its plans."""
     from engine.lql import ast
 
     if len(trees) != 1:
         return "several statements form a rule graph (layered rules), which runs in one ordered stream"
     tree = trees[0]
     if isinstance(tree, ast.LiveArchivedQuery):
-        if archive:
-            return ("a live-and-archived statement (LIVE ... ARCHIVED ...) runs over --events only: the join over the "
-                    "archive's tables is not built")
         if tree.emit_into is not None:
             return "EMIT INTO derives events for other statements (a rule graph)"
         if compiled is not None:
