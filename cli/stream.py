@@ -1,6 +1,7 @@
 """``lace stream``: a live-only statement over an event file, or over the archive's Delta events tables, detected
-by Spark Structured Streaming (issue 26); or a live-and-archived statement over an event file, the file's events
-being both the live stream and the archive, as ``lace replay`` plays them (OUT then as ``lace replay --out``).
+by Spark Structured Streaming (issue 26); or a live-and-archived statement over either, its archived side read from
+the same Delta tables: over a file, the file's events are both the live stream and the archive, as ``lace replay``
+plays them (OUT then as ``lace replay --out``).
 
 Reads the query and the event file as ``lace match`` does and writes OUT with the same writer, so the two outputs
 compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). With ``--archive ROOT`` instead of
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 @app.command()
 def stream(
     query: Annotated[
-        Path, typer.Option("--query", "-q", help="LQL file of one statement (live-and-archived: --events only).")
+        Path, typer.Option("--query", "-q", help="LQL file of one statement (live-only or live-and-archived).")
     ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Write matches here (as `lace match --out`).")],
     events: Annotated[
@@ -80,12 +81,12 @@ def stream(
 ) -> None:
     """Run a live-only statement over an event file or the archive on Spark Structured Streaming; OUT as
     `lace match` writes it. A live-and-archived statement runs over an event file (the file is also the archive,
-    as with `lace replay`); OUT as `lace replay --out` writes it.
+    as with `lace replay`) or over the archive; OUT as `lace replay --out` writes it.
 
     The events go through a Delta table read by readStream (with --archive: the archive's tables of the statement's
     event types), keyed by PARTITION BY; the engine's matcher runs per key in transformWithStateInPandas (RocksDB
     state store, event-time timers, the lateness as the watermark). A live-and-archived statement's live
-    instances of each micro-batch are joined with the archived side by a Spark join over the same Delta table.
+    instances of each micro-batch are joined with the archived side by a Spark join over the same Delta tables.
     With --archive and --checkpoint, a rerun reads
     only what was archived since and writes the matches of all events read so far. With --deliver and
     --query-id, OUT's matches then go to the service (POST /queries/{id}/results): the new ones become the

@@ -12,6 +12,11 @@ key, event time = ts_end, ts_end, id, pickled event); the types are unioned. Fro
 mode's: the allowed lateness as the watermark delay, grouped by the PARTITION BY value,
 :class:`stream.processor.LaceProcessor`, a Delta results table.
 
+A live-and-archived statement's archived side (:func:`archived_frame`): per micro-batch, its archived types'
+tables read by a batch job over the micro-batch's access ranges (by ``date`` and end), keyed by the archive key in
+the workers (:func:`to_archived_rows`), only the keys of the micro-batch's live instances becoming events; the live
+side is the source above with the live pattern.
+
 End of a bounded run (:func:`tail_rows`): the run reads what the tables hold when it starts
 (``trigger(availableNow=True)``) and stops. The file mode ends its stream with a marker row far in event time, but
 the watermark is kept in the checkpoint and never goes back: after such a marker, every event archived later would

@@ -17,11 +17,12 @@
 With a checkpoint folder the source, the results and Spark's checkpoint live in it: a driver killed mid-stream
 and started again with the same folder goes on from its last committed micro-batch and writes the same OUT.
 
-A live-and-archived statement (``job.plan``; file mode only) runs its live pattern in step 2, which then gives the
-completed live instances; the source table is also the archive (every event before an instance's start is in it, as
-``lace replay`` archives each event before the live side sees it). Step 3's ``foreachBatch`` joins each micro-batch's
-instances with the archived side (:func:`_archive_join`): the source table read by Spark over the instances' access
-ranges, grouped by archive key with the instances (``cogroup``), and per key the engine's own join
+A live-and-archived statement (``job.plan``) runs its live pattern in step 2, which then gives the completed live
+instances; in the file mode the source table is also the archive (every event before an instance's start is in it,
+as ``lace replay`` archives each event before the live side sees it), in the archive mode the archive's tables of the
+archived types are. Step 3's ``foreachBatch`` joins each micro-batch's instances with the archived side
+(:func:`_archive_join`): those tables read by Spark over the instances' access ranges, grouped by archive key with the
+instances (``cogroup``), and per key the engine's own join
 (:func:`stream.processor.join_group`); the results, not the instances, go to the results table, and OUT is written in
 ``lace replay``'s order (each instance's results together, instances in the live matcher's order).
 

@@ -42,6 +42,22 @@ def post_events(c: httpx.Client, events: list[Event]) -> int:
     return alerts
 
 
+def open_event_file_events(path: Path) -> list[Event]:
+    """The events of an event file, as ``lace match`` reads them."""
+    from engine.io import open_event_file
+
+    return list(open_event_file(path).events())
+
+
+def register_types(c: httpx.Client, events: list[Event]) -> None:
+    """Register the event types of ``events`` as ``lace replay`` infers them (partition key ``key``)."""
+    from cli.replay import infer_event_types
+
+    for t in infer_event_types(events, "key"):
+        body = {"name": t.name, "attributes": dict(t.attributes), "partition_key": t.partition_key}
+        assert c.post("/event-types", json=body).status_code == 201
+
+
 def archive_buffered(c: httpx.Client) -> float:
     """``lace_archive_buffered_events``: events accepted but not yet committed to the archive's Delta tables."""
     found = re.search(r"^lace_archive_buffered_events (\S+)$", c.get("/metrics").text, re.M)
@@ -83,15 +99,10 @@ def test_statement_moved_to_spark_mid_run_alerts_every_match_once(
     matches (the service's own among them, not delivered again) and holds back the tail (jams not yet cleared
     within their 30 minutes by the newest reading); the same command with ``--deliver-tail`` (no more events)
     sends those. The receiver got every match of ``lace match`` over the 3,000 (events and fields) exactly once."""
-    from cli.replay import infer_event_types
-    from engine.io import open_event_file
-
     every = head(traffic_slice, tmp_path / "all.csv", 3_000)
-    events = list(open_event_file(every).events())
+    events = list(open_event_file_events(every))
     with service.client() as c:
-        for t in infer_event_types(events, "key"):
-            body = {"name": t.name, "attributes": dict(t.attributes), "partition_key": t.partition_key}
-            assert c.post("/event-types", json=body).status_code == 201
+        register_types(c, events)
         q = c.post("/queries", json={"text": QUERY.read_text()}).json()
         assert c.post("/webhooks", json={"query_id": q["id"], "url": receiver.url}).status_code == 201
 
@@ -174,3 +185,57 @@ def test_deliver_refused_key_and_unknown_query(tmp_path, service: ServiceProcess
     r = runner.invoke(app, [*base, "--query-id", "424242"], env={"LACE_API_KEY": service.admin})
     assert r.exit_code == 2 and "404 no query with id 424242" in r.output, r.output
     assert len([ln for ln in r.output.splitlines() if ln.strip()]) == 1
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_live_and_archived_statement_moved_to_spark_mid_run_alerts_every_result_once(
+    stream_spark, tmp_path, service: ServiceProcess, receiver: Receiver
+):
+    """``drop_after_rebound`` (a live-and-archived statement) over the demo's 7,798 bars: the service runs it over
+    the first 3,000 (its live instances joined with its archive) and delivers its results; the pause records the
+    results already due, then the rest are ingested (archived, not detected); ``lace stream --archive --deliver``
+    over the service's archive sends ``lace replay``'s results over all of them: those the service alerted are
+    counted as such and not delivered again, the others are. The receiver got each result once."""
+    from tests.service.test_stream_end import no_backlog
+
+    query = DEMO / "queries" / "drop_after_rebound.lql"
+    every = DEMO / "bars_1m.csv"
+    events = list(open_event_file_events(every))
+    with service.client() as c:
+        register_types(c, events)
+        q = c.post("/queries", json={"text": query.read_text()}).json()
+        assert c.post("/webhooks", json={"query_id": q["id"], "url": receiver.url}).status_code == 201
+        post_events(c, events[:3_000])
+        assert wait_until(lambda: no_backlog(c, q["id"]), timeout_s=120), "the query did not catch up"
+        assert c.post(f"/queries/{q['id']}/pause").json()["state"] == "paused"  # the results due recorded first
+        first = int(c.get(f"/queries/{q['id']}").json()["totals"]["matches"])
+        assert first >= 5  # the service found some itself
+        assert len(receiver.wait_for(first, timeout_s=60)) == first
+        assert post_events(c, events[3_000:]) == 0
+        assert wait_until(lambda: archive_buffered(c) == 0, timeout_s=60), "the archive did not flush"
+
+    out = tmp_path / "stream.jsonl"
+    result = runner.invoke(app, [
+        "stream", "--query", str(query), "--archive", str(service.data_dir / "archive"), "--out", str(out),
+        "--checkpoint", str(tmp_path / "ck"), "--master", "local[2]", "--deliver", service.base,
+        "--query-id", str(q["id"]), "--api-key", service.admin,
+    ], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+
+    replay_out = tmp_path / "replay.jsonl"
+    r = runner.invoke(app, ["replay", "-q", str(query), "-e", str(every), "-a", str(tmp_path / "unused"),
+                            "--backend", "memory", "-o", str(replay_out)])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes() == replay_out.read_bytes()
+    expected = {canonical(json.loads(line)): json.loads(line) for line in replay_out.read_text().splitlines()}
+    assert len(expected) > first
+    assert (f"delivered to {service.base} query {q['id']}: {len(expected)} matches, {len(expected) - first} new "
+            f"alerts, {first} already alerted") in result.output
+    receiver.wait_for(len(expected), timeout_s=60)
+    time.sleep(1.0)  # anything more would have arrived by now
+    got = receiver.ok()
+    received = [canonical(json.loads(d["body"])) for d in got]
+    assert len(received) == len(expected)  # nothing twice
+    assert sorted(received) == sorted(expected)  # nothing lost, fields too
+    assert len({d["headers"]["idempotency-key"] for d in got}) == len(got)
