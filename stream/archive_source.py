@@ -114,6 +114,12 @@ def to_source_rows(text: str, strategy: str | None, etype: EventType) -> Callabl
     return convert
 
 
+def _record_columns(etype: EventType, present: list[str]) -> list[str]:
+    """The columns of ``etype``'s table that :func:`archive.schema.record_to_output` reads (``id``, ``ts``,
+    ``ts_end`` of an interval type, the attributes the table has: ``present``)."""
+    return ["id", "ts", *(["ts_end"] if etype.interval else []), *(a for a in etype.attributes if a in present)]
+
+
 def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query: CompiledQuery) -> Any:
     """The streaming DataFrame of the archive's events of ``query``'s types (rows of :data:`SOURCE_SCHEMA`).
 
@@ -135,8 +141,7 @@ def source_frame(spark: Any, root: Path, text: str, strategy: str | None, query:
         etype = types[name]
         reader = spark.readStream.format("delta").option("ignoreDeletes", "true").option("maxFilesPerTrigger", 1 << 30)
         rows = reader.load(str(path))
-        attrs = [a for a in etype.attributes if a in rows.columns]
-        columns = ["id", "ts", *(["ts_end"] if etype.interval else []), *attrs]
+        columns = _record_columns(etype, rows.columns)
         part = rows.select(*columns).mapInArrow(to_source_rows(text, strategy, etype), SOURCE_SCHEMA)
         frame = part if frame is None else frame.unionByName(part)
     return frame
@@ -182,8 +187,7 @@ def archived_frame(spark: Any, root: Path, text: str, lo: int, hi: int, keys: se
         where = (end >= start) & (end < stop) & (F.col("ts") < stop) & (F.col("date") <= last_day)
         if not etype.interval:  # an interval ending in range may start days before
             where = where & (F.col("date") >= first_day)
-        attrs = [a for a in etype.attributes if a in rows.columns]
-        columns = ["id", "ts", *(["ts_end"] if etype.interval else []), *attrs]
+        columns = _record_columns(etype, rows.columns)
         part = rows.where(where).select(*columns).mapInArrow(to_archived_rows(text, etype, keys), ARCHIVED_SCHEMA)
         frame = part if frame is None else frame.unionByName(part)
     return frame
@@ -260,7 +264,6 @@ def _flush_states(text: str, strategy: str | None, lateness_us: int) -> Callable
         from engine.matcher import Matcher
         from stream import processor as p
         from stream import state
-
 
         query, plan = p.compiled_query(text, strategy), p.live_archived_plan(text)
         for batch in batches:

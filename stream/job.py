@@ -421,18 +421,19 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         raise StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}") from e
     progress.clear()
     progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
+    results = OUTPUT_SCHEMA if job.plan is None else RESULT_SCHEMA
     if (workdir / "results" / "_delta_log").is_dir():
         table = DeltaTable(str(workdir / "results")).to_pyarrow_table()
     else:
-        table = output_table([], OUTPUT_SCHEMA if job.plan is None else RESULT_SCHEMA)
+        table = output_table([], results)
     if job.archive is not None:
         import pyarrow as pa
 
         from stream.archive_source import tail_rows
 
         tail = tail_rows(spark, workdir / "stream", job.text, job.strategy, job.lateness_us, join)
-        tail_keys.update(pickle.loads(blob).key() for blob in tail.column("m").to_pylist() if blob)
-        names = [f.name for f in (OUTPUT_SCHEMA if job.plan is None else RESULT_SCHEMA)]
+        tail_keys.update(pickle.loads(blob).key() for blob in tail.column("m").to_pylist())
+        names = [f.name for f in results.fields]
         table = table.select(names)
         table = pa.concat_tables([table, tail.select(names).cast(table.schema)])
     return table
