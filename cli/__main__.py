@@ -1,4 +1,4 @@
 """``python -m cli``: the ``lace`` command line."""
-from cli.main import app
+from cli.main import main
 
-app(prog_name="lace")
+main(prog_name="lace")

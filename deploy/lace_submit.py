@@ -5,7 +5,7 @@
 deploy/stream.md has the whole command. (Not ``cli/main.py`` itself: Python puts the script's folder first on
 ``sys.path``, and ``cli/stream.py`` would then shadow the ``stream`` package.)
 """
-from cli.main import app
+from cli.main import main
 
 if __name__ == "__main__":
-    app(prog_name="lace")
+    main(prog_name="lace")

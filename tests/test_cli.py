@@ -277,3 +277,17 @@ def test_explain_bad_input_is_one_line(write_file):
     wrong = write_file("w.lql", "PATTERN SEQ(A a, B b) WHERE\n")
     result = invoke("explain", str(wrong))
     assert_user_error(result, f"error: {wrong}:1:28: unexpected end of query, expected an expression")
+
+
+def test_the_process_entry_exits_with_the_commands_code_after_writing_its_output(write_file, tmp_path, repo_root):
+    """``cli.main.main`` leaves with ``os._exit`` after the exit handlers (pyarrow's thread pools can abort the
+    interpreter's teardown): the output is complete, stdout flushed, and the code is the command's (0, then 2)."""
+    query = write_file("q.lql", "NAME pair\nPATTERN SEQ(A a, B b)\nPARTITION BY sym\nWITHIN 10 seconds\n")
+    events = write_file("ev.csv", EVENTS_CSV)
+    ok = subprocess.run([sys.executable, "-m", "cli.main", "match", "-q", str(query), "-e", str(events)],
+                        cwd=repo_root, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert sorted(json.loads(line)["events"]["a"][0] for line in ok.stdout.splitlines()) == [1, 3]
+    bad = subprocess.run([sys.executable, "-m", "cli.main", "nosuch"], cwd=repo_root, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "No such command 'nosuch'" in bad.stderr
