@@ -19,7 +19,8 @@ instance has been answered and its results committed: the smallest start among l
 open subwindows and in-flight requests, and ``live_clock - span - lateness`` for the instances
 still to come. It is written to the query's row every ``LACE_LA_CHECKPOINT_S``; a restart replays
 the archive from there (``service.live.replay``), so after a SIGKILL every result is found again and
-recorded exactly once (the alerts' de-duplication drops those that were already committed).
+recorded exactly once (the alerts' de-duplication drops those that were already committed). Until the runner
+has matched an event it has no bound of its own: the earliest event offered is the bound then (:class:`FirstOffered`).
 """
 from __future__ import annotations
 
@@ -48,6 +49,43 @@ _STOP = object()
 MAX_DELAYS_KEPT = 10_000
 """Result delays kept per query for the percentiles (the most recent ones)."""
 RETRY_MAX_S = 30.0
+
+
+class FirstOffered:
+    """The restart bound of a worker whose runner has not answered one of its own yet (module docstring, "Restart").
+
+    A runner's ``resume_from_us`` comes from what it matched: its live clock and its waiting instances. Before it has
+    matched any event (a restart's replay still queued, or piped to a query process still spawning) it has none, and
+    that read as "nothing pending": the checkpoint (every ``LACE_LA_CHECKPOINT_S``) moved the query's resume position
+    to the newest event time minus its reach, past the live instances the replay was rebuilding, and a SIGKILL before
+    their results committed lost them for good (the crash suite in CI, SQLite, ``iv_la``). Until the runner answers,
+    the bound is the earliest ``ts`` (an interval's start) offered, int us UTC. Once it has answered, its answers
+    bound every later event too (they end after its live clock). A query without a live span is unbounded: None.
+    """
+
+    def __init__(self, plan: LiveArchivedPlan) -> None:
+        self.unbounded = plan.live_span_us is None
+        self.ts: int | None = None
+        self.answered = False
+        self.lock = threading.Lock()
+
+    def offered(self, events: list[Event]) -> None:
+        """Note ``events`` handed to the worker (before its runner has answered a bound)."""
+        if self.answered or not events:
+            return
+        first = min(e.ts for e in events)
+        with self.lock:
+            self.ts = first if self.ts is None else min(self.ts, first)
+
+    def bound(self, answer: int | None) -> int | None:
+        """The restart bound given the runner's ``answer`` (None: it has none yet), int us UTC."""
+        if self.unbounded:
+            return None
+        if answer is not None:
+            self.answered = True
+            return answer
+        with self.lock:
+            return None if self.answered else self.ts
 
 
 class ArchiveLookups:
@@ -202,6 +240,7 @@ class LiveArchivedWorker:
         self._last_stats: dict[str, Any] = {**self.runner.stats(), "delay_ms": {"n": 0, "event": zero, "wall": zero}}
         """What :meth:`stats` answers while the runner is busy (complete from the start: readers index every key)."""
         self._last_resume: int | None = None
+        self.first_offered = FirstOffered(plan)
         self.stopped = False
         self.errors = 0
         self.failed: str | None = None
@@ -232,6 +271,7 @@ class LiveArchivedWorker:
         completes and every pending one is answered.
         """
         at = time.time() if offered_at is None else offered_at
+        self.first_offered.offered(events)
         with self.counts:
             self.backlog += len(events)
             self.offered.append(at)
@@ -355,11 +395,12 @@ class LiveArchivedWorker:
     def resume_from_us(self) -> int | None:
         """Event time from which a restart must replay so that no result of this query is lost.
 
-        None: unbounded (a live side without WITHIN). When the runner is busy (waiting for Spark), the
-        last value computed is returned: it is still a safe bound (it only grows).
+        None: unbounded (a live side without WITHIN), or nothing offered yet. When the runner is busy (waiting for
+        Spark), the last value computed is returned: it is still a safe bound (it only grows). Before the runner has
+        matched an event: the earliest offered (:class:`FirstOffered`).
         """
         if not self.guard.acquire(timeout=0.2):
-            return self._last_resume
+            return self.first_offered.bound(self._last_resume)
         try:
             runner = self.runner
             with self.counts:
@@ -371,7 +412,7 @@ class LiveArchivedWorker:
             if runner.live_clock > -(1 << 62):
                 starts.append(runner.live_clock - span - self.lateness_us)
             self._last_resume = min(starts) if starts else self._last_resume
-            return self._last_resume
+            return self.first_offered.bound(self._last_resume)
         finally:
             self.guard.release()
 

@@ -8,12 +8,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from engine.detector import compile
+from engine.detector import compile, make_detector
 from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import MemoryArchive
 from service.live.archive_scheduler import ArchiveScheduler
 from service.live.la_process import ChildSpec, ProcessWorker
+from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 
 TEXT = """NAME a_then_b
 LIVE PATTERN SEQ(pass p) WHERE p.at = 'B'
@@ -325,3 +326,58 @@ def test_a_warmed_query_process_imports_nothing_at_its_first_answer() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=repo)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]", f"imported at the first answer: {done.stdout.strip()}"
+
+
+def test_a_child_not_yet_answering_bounds_the_restart_by_the_events_it_was_offered() -> None:
+    """The crash suite lost a live-and-archived result (CI, SQLite, ``iv_la``): after a restart the replay offers
+    the query's events to a child still spawning, whose ``resume_from_us`` was None ("nothing pending"); the
+    checkpoint (every ``LACE_LA_CHECKPOINT_S``) then moved the query's resume position to the newest event time
+    minus its reach, past the live instances the replay was rebuilding; a SIGKILL before their results committed
+    lost them for good. Until the child has answered a bound of its own, the bound is the earliest event offered."""
+    plan = compile(TEXT, {"pass": {"car": "int", "at": "string"}})
+    assert isinstance(plan, LiveArchivedPlan)
+    spec = ChildSpec(
+        query_id=1, name="a_then_b", ast=plan.ast, schemas={"pass": {"car": "int", "at": "string"}},
+        algorithm="sllaa", tolerance_us=3_600_000_000, allowed_lateness_us={}, lateness_us=0,
+    )  # fmt: skip
+    pool = ThreadPoolExecutor(max_workers=1)
+    worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool,
+                           scheduler=ArchiveScheduler(MemoryArchive(), 1),  # type: ignore[arg-type]
+                           submit=lambda q, m: _done())
+    try:
+        assert worker.resume_from_us() is None  # nothing offered: nothing to rebuild
+        events = [Event(i, "pass", i * 1_000_000, {"car": i, "at": "B"}) for i in range(5, 51)]
+        worker.offer(events, None)
+        worker.offer([Event(4, "pass", 4_000_000, {"car": 4, "at": "B"})], None)  # late, still within the bound
+        assert not worker.ready.is_set(), "the child answered before the test asked: it proves nothing"
+        first = worker.resume_from_us()
+        assert first is not None and first <= 4_000_000
+        assert _wait(lambda: worker.ready.is_set() and worker.stats()["backlog_events"] == 0, 60)
+        after = worker.resume_from_us()  # the child's own: its instances wait in an open subwindow (T_L 1 hour)
+        assert after is not None and after <= 5_000_000  # (event 4 was late for the runner: lateness 0)
+    finally:
+        worker.stop()
+        pool.shutdown()
+
+
+def test_an_in_thread_worker_busy_before_its_first_event_bounds_the_restart_by_what_it_was_offered() -> None:
+    """The same rule for :class:`~service.live.live_archived.LiveArchivedWorker` (the query in the service's
+    process): offered events its runner has not matched yet bound the restart, not "nothing pending"."""
+    plan = compile(TEXT, {"pass": {"car": "int", "at": "string"}})
+    assert isinstance(plan, LiveArchivedPlan)
+    lookups = ArchiveLookups(1)
+    worker = LiveArchivedWorker(
+        query_id=1, name="a_then_b", plan=plan, lookups=lookups, record=lambda q, m: None, lateness_us=0,
+        make_runner=lambda defer: make_detector(plan, source=MemoryArchive(), algorithm="sllaa", defer=defer,
+                                                tolerance_us=3_600_000_000),
+    )  # fmt: skip
+    gate = threading.Event()
+    try:
+        worker.call(gate.wait)  # the worker's thread waits: what is offered next is not matched
+        worker.offer([Event(i, "pass", i * 1_000_000, {"car": i, "at": "B"}) for i in range(7, 30)], None)
+        bound = worker.resume_from_us()
+        assert bound is not None and bound <= 7_000_000
+    finally:
+        gate.set()
+        worker.stop()
+        lookups.close()
