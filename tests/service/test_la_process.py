@@ -31,10 +31,8 @@ def _done(_: Any = None) -> Future[None]:
     return fut
 
 
-def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
-    """Right after a (re)start the child is still spawning; the events already piped to it are not processed.
-    Its stats must not read as idle then (they did: the piped events left the service's count, and the child's
-    stats were the empty ones), or a caller that waits for idle (a restart's catch-up, a test) stops early."""
+def _sllaa_process_worker() -> tuple[ProcessWorker, ThreadPoolExecutor]:
+    """``a_then_b`` under SLLAA (T_L 1 hour) in a query process over an empty archive, and its Spark pool."""
     plan = compile(TEXT, {"pass": {"car": "int", "at": "string"}})
     assert isinstance(plan, LiveArchivedPlan)
     spec = ChildSpec(
@@ -45,6 +43,14 @@ def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
     worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool,
                            scheduler=ArchiveScheduler(MemoryArchive(), 1),  # type: ignore[arg-type]
                            submit=lambda q, m: _done())
+    return worker, pool
+
+
+def test_events_sent_to_a_child_not_yet_answering_count_as_backlog() -> None:
+    """Right after a (re)start the child is still spawning; the events already piped to it are not processed.
+    Its stats must not read as idle then (they did: the piped events left the service's count, and the child's
+    stats were the empty ones), or a caller that waits for idle (a restart's catch-up, a test) stops early."""
+    worker, pool = _sllaa_process_worker()
     try:
         events = [Event(i, "pass", i * 1_000_000, {"car": i, "at": "C"}) for i in range(1, 51)]
         worker.offer(events, None)
@@ -334,16 +340,7 @@ def test_a_child_not_yet_answering_bounds_the_restart_by_the_events_it_was_offer
     checkpoint (every ``LACE_LA_CHECKPOINT_S``) then moved the query's resume position to the newest event time
     minus its reach, past the live instances the replay was rebuilding; a SIGKILL before their results committed
     lost them for good. Until the child has answered a bound of its own, the bound is the earliest event offered."""
-    plan = compile(TEXT, {"pass": {"car": "int", "at": "string"}})
-    assert isinstance(plan, LiveArchivedPlan)
-    spec = ChildSpec(
-        query_id=1, name="a_then_b", ast=plan.ast, schemas={"pass": {"car": "int", "at": "string"}},
-        algorithm="sllaa", tolerance_us=3_600_000_000, allowed_lateness_us={}, lateness_us=0,
-    )  # fmt: skip
-    pool = ThreadPoolExecutor(max_workers=1)
-    worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool,
-                           scheduler=ArchiveScheduler(MemoryArchive(), 1),  # type: ignore[arg-type]
-                           submit=lambda q, m: _done())
+    worker, pool = _sllaa_process_worker()
     try:
         assert worker.resume_from_us() is None  # nothing offered: nothing to rebuild
         events = [Event(i, "pass", i * 1_000_000, {"car": i, "at": "B"}) for i in range(5, 51)]
