@@ -8,13 +8,14 @@ compare byte for byte; the detection runs in :mod:`stream` (docs/stream.md). Wit
 ``--events`` the events are the archive's (``<ROOT>/<type>``, :mod:`stream.archive_source`). A statement that cannot
 run there is refused up front (one error line, exit 2; :mod:`stream.statements`), as is an event type the statement
 reads without a table in the archive. ``--deliver URL --query-id N`` then sends OUT's matches to a running service
-as that statement's alerts (:mod:`cli.deliver`).
+as that statement's alerts (:mod:`cli.deliver`); with ``--follow`` the query over the archive is left running and
+each micro-batch's matches are sent as it finds them (:func:`stream.job.follow`), until SIGTERM or SIGINT.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -25,6 +26,7 @@ from engine.durations import parse_duration_us
 
 if TYPE_CHECKING:
     from engine.events import Event
+    from stream.job import StreamJob
 
 
 @app.command()
@@ -32,7 +34,9 @@ def stream(
     query: Annotated[
         Path, typer.Option("--query", "-q", help="LQL file of one statement (live-only or live-and-archived).")
     ],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Write matches here (as `lace match --out`).")],
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write matches here (as `lace match --out`); not with --follow.")
+    ] = None,
     events: Annotated[
         Path | None, typer.Option("--events", "-e", help="Event file: CSV (id,type,ts,...), JSONL or Parquet.")
     ] = None,
@@ -73,6 +77,15 @@ def stream(
     api_key: Annotated[
         str | None, typer.Option(help="With --deliver: an API key of scope admin.", envvar=API_KEY_ENV)
     ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", help="With --archive, --checkpoint and --deliver: leave the query running, a "
+                     "micro-batch every --trigger over what was archived since, each one's matches sent to the "
+                     "service; SIGTERM or Ctrl-C stops it (a rerun with the checkpoint goes on)."),
+    ] = False,
+    trigger: Annotated[
+        str, typer.Option(help="With --follow: the time between micro-batches, e.g. '5 seconds'.")
+    ] = "5 seconds",
     deliver_tail: Annotated[
         bool,
         typer.Option("--deliver-tail", help="With --deliver --archive: also send the matches only the end of the "
@@ -92,7 +105,9 @@ def stream(
     --query-id, OUT's matches then go to the service (POST /queries/{id}/results): the new ones become the
     statement's alerts, delivered to its webhooks; the ones it already alerted are not delivered again. With
     --archive, the matches of the run's tail (which a newer event could still cancel) are not sent unless
-    --deliver-tail says that no more events will come.
+    --deliver-tail says that no more events will come. With --archive --checkpoint --deliver --follow, the query
+    is left running (a micro-batch every --trigger over what was archived since, each one's matches sent to the
+    service) until SIGTERM or Ctrl-C.
     """
     if (deliver is None) != (query_id is None):
         fail("give both --deliver URL and --query-id N, or neither")
@@ -100,6 +115,22 @@ def stream(
         fail(f"--deliver {deliver}: give the service's base URL, e.g. http://127.0.0.1:8080")
     if deliver_tail and deliver is None:
         fail("--deliver-tail is an option of --deliver")
+    trigger_s = None
+    if follow:
+        if archive is None or checkpoint is None or deliver is None:
+            fail("--follow needs --archive ROOT, --checkpoint DIR and --deliver URL --query-id N (a query left "
+                 "running reads the archive and sends each micro-batch's matches to the service)")
+        if out is not None or deliver_tail:
+            fail("--out and --deliver-tail are options of a bounded run, not of --follow (it has no end: its "
+                 "matches go to --deliver as each micro-batch finds them)")
+        try:
+            trigger_s = parse_duration_us(trigger) / 1e6
+        except ValueError as e:
+            fail(f"--trigger: {e}")
+        if trigger_s <= 0:
+            fail("--trigger: give a positive duration, e.g. '5 seconds'")
+    elif out is None:
+        fail("give --out FILE (or --follow to leave the query running)")
     text = read_text(query)
     if (events is None) == (archive is None):
         fail("give either --events FILE or --archive ROOT")
@@ -190,7 +221,12 @@ def stream(
     job = StreamJob(
         text=text, query=compiled, strategy=strategy.value if strategy else None, lateness_us=lateness_us,
         master=master, batch_events=batch_events, checkpoint=checkpoint, archive=archive, plan=plan,
+        trigger_s=trigger_s,
     )
+    if follow:
+        _follow(job, cast(str, deliver), cast(int, query_id), api_key, lateness)
+        return
+    assert out is not None
     try:
         found = list(run(job, accepted))
     except StreamJobError as e:
@@ -224,3 +260,46 @@ def stream(
         if len(final) < len(found):
             typer.echo(f"not delivered: {len(found) - len(final)} matches of the end of the events read (a newer "
                        f"event could still cancel them; a later run sends them once final, --deliver-tail now)")
+
+
+def _follow(job: StreamJob, deliver: str, query_id: int, api_key: str | None, lateness: str) -> None:
+    """``--follow``: :func:`stream.job.follow` until SIGTERM or SIGINT; each micro-batch's matches to the service, one
+    line per micro-batch with matches on stdout, late and watermark-dropped events on stderr."""
+    import signal
+    import threading
+
+    from engine.match_files import match_line
+    from stream.job import StreamJobError, follow
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    totals = [0, 0, 0]
+
+    with ResultsClient(deliver, query_id, api_key) as client:
+
+        def send(matches: list[Any], late: int, batch_id: int) -> None:
+            if late:
+                warn(f"micro-batch {batch_id}: {late} events rejected as late by their key's matcher, in all runs "
+                     f"of this checkpoint (raise --lateness)")
+            if not matches:
+                return
+            got = client.send(match_line(m).encode() + b"\n" for m in matches)  # DeliverError: the query fails
+            totals[0] += got.received
+            totals[1] += got.alerts
+            totals[2] += got.duplicates
+            typer.echo(f"micro-batch {batch_id}: delivered {got.received} matches to {deliver} query {query_id}: "
+                       f"{got.alerts} new alerts, {got.duplicates} already alerted")
+
+        def dropped(report: dict[str, Any]) -> None:
+            n = sum(op.get("numRowsDroppedByWatermark", 0) for op in report.get("stateOperators", ()))
+            if n:
+                warn(f"micro-batch {report.get('batchId')}: {n} events behind the watermark (the newest event time "
+                     f"read before, minus the lateness {lateness}) were dropped (raise --lateness)")
+
+        try:
+            batches = follow(job, send, stop, dropped)
+        except StreamJobError as e:
+            fail(str(e), code=1)
+    typer.echo(f"stopped after {batches} micro-batches: delivered {totals[0]} matches, {totals[1]} new alerts, "
+               f"{totals[2]} already alerted")

@@ -39,6 +39,7 @@ import pickle
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -97,6 +98,9 @@ class StreamJob:
         written from a file (``batch_events`` then unused).
     plan : LiveArchivedPlan, optional
         The statement compiled as a live-and-archived plan (``query`` is then ``plan.live``); None: live-only.
+    trigger_s : float, optional
+        Archive mode only: leave the query running (:func:`follow`), a micro-batch every ``trigger_s`` seconds (Spark's
+        processing-time trigger) over what was archived since; None: a bounded run (``availableNow``).
     """
 
     text: str
@@ -108,6 +112,7 @@ class StreamJob:
     checkpoint: Path | None = None
     archive: Path | None = None
     plan: LiveArchivedPlan | None = None
+    trigger_s: float | None = None
 
 
 def accepted_events(
@@ -332,7 +337,8 @@ def _archive_tables(spark: Any, lo: int, hi: int, instances: Any, root: Path, te
 
 
 def _results_writer(
-    checkpoint: Path, results: Path, join: Callable[[Any], Any] | None = None
+    checkpoint: Path, results: Path, join: Callable[[Any], Any] | None = None,
+    on_batch: Callable[[Any, int], None] | None = None,
 ) -> Callable[[Any, int], None]:
     """The ``foreachBatch`` function appending a micro-batch's rows to the Delta table ``results``, exactly once.
 
@@ -343,36 +349,43 @@ def _results_writer(
     (it stayed at the previous batches', and the no-data batch of the timers the batch's events set never ran).
 
     ``join``: what is written instead of the batch's rows, computed from them (a live-and-archived statement's
-    :func:`_archive_join`; deterministic, so a replayed batch gives the same rows, which Delta then skips)."""
+    :func:`_archive_join`; deterministic, so a replayed batch gives the same rows, which Delta then skips).
+
+    ``on_batch(table, batch_id)``: called with the batch's rows (an Arrow table) once they are in ``results``, before
+    Spark commits the batch (:func:`follow`): a kill in between runs the batch again and calls it again with the
+    same rows."""
 
     def write(frame: Any, batch_id: int) -> None:
         app = json.loads((checkpoint / "metadata").read_text())["id"]
         frame.persist()
+        rows = frame
         try:
             frame.count()  # the batch runs (its state, its event times for the watermark) even when already written
-            rows = frame if join is None else join(frame)
+            if join is not None:
+                rows = join(frame).persist()
             (rows.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", batch_id)
              .save(str(results)))
+            if on_batch is not None:
+                on_batch(rows.toArrow(), batch_id)
         finally:
+            if rows is not frame:
+                rows.unpersist()
             frame.unpersist()
 
     return write
 
 
-def run_detection(job: StreamJob, workdir: Path) -> Any:
-    """Run the streaming query over ``workdir/source`` (archive mode: the archive's tables) until it is consumed
-    (``availableNow``); returns the results as an Arrow table (columns :data:`stream.processor.OUTPUT_SCHEMA`, not
-    sorted; archive mode: with the tail, :func:`stream.archive_source.tail_rows`).
+def _start(job: StreamJob, workdir: Path, on_batch: Callable[[Any, int], None] | None = None) -> tuple[Any, Any, Any]:
+    """Start the streaming query of ``job`` over ``workdir/source`` (archive mode: the archive's tables), results into
+    ``workdir/results``: ``availableNow``, or every ``job.trigger_s`` seconds. Returns (the Spark session, the
+    running query, the live-and-archived join or None).
 
     Raises
     ------
     StreamJobError
-        Without the Delta connector, when the streaming query fails, or (archive mode) an event type's table is
-        missing.
+        Without the Delta connector, or (archive mode) an event type's table is missing.
     """
-    from deltalake import DeltaTable
-
-    from stream.processor import LA_OUTPUT_SCHEMA, OUTPUT_SCHEMA, RESULT_SCHEMA, LaceProcessor, output_table
+    from stream.processor import LA_OUTPUT_SCHEMA, OUTPUT_SCHEMA, LaceProcessor
 
     tail_keys.clear()
     spark = spark_session(job.master)
@@ -408,17 +421,43 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
             timeMode="EventTime",
         )
     )
-    query = (
-        frame.writeStream.foreachBatch(_results_writer(workdir / "stream", workdir / "results", join))
+    writer = (
+        frame.writeStream.foreachBatch(_results_writer(workdir / "stream", workdir / "results", join, on_batch))
         .option("checkpointLocation", str(workdir / "stream"))
-        .trigger(availableNow=True)
-        .start()
     )
+    if job.trigger_s is None:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{round(job.trigger_s * 1000)} milliseconds")
+    return spark, writer.start(), join
+
+
+def _failed(e: Exception) -> StreamJobError:
+    """A worker's error (e.g. a plug-in function raising, a delivery refused) ends the query: one line."""
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    return StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}")
+
+
+def run_detection(job: StreamJob, workdir: Path) -> Any:
+    """Run the streaming query over ``workdir/source`` (archive mode: the archive's tables) until it is consumed
+    (``availableNow``); returns the results as an Arrow table (columns :data:`stream.processor.OUTPUT_SCHEMA`, not
+    sorted; archive mode: with the tail, :func:`stream.archive_source.tail_rows`).
+
+    Raises
+    ------
+    StreamJobError
+        Without the Delta connector, when the streaming query fails, or (archive mode) an event type's table is
+        missing.
+    """
+    from deltalake import DeltaTable
+
+    from stream.processor import OUTPUT_SCHEMA, RESULT_SCHEMA, output_table
+
+    spark, query, join = _start(job, workdir)
     try:
         query.awaitTermination()
-    except Exception as e:  # a worker's error (e.g. a plug-in function raising) ends the query: one line
-        lines = [ln for ln in str(e).splitlines() if ln.strip()]
-        raise StreamJobError(f"the streaming query failed: {lines[-1] if lines else type(e).__name__}") from e
+    except Exception as e:
+        raise _failed(e) from e
     progress.clear()
     progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
     results = OUTPUT_SCHEMA if job.plan is None else RESULT_SCHEMA
@@ -437,6 +476,74 @@ def run_detection(job: StreamJob, workdir: Path) -> Any:
         table = table.select(names)
         table = pa.concat_tables([table, tail.select(names).cast(table.schema)])
     return table
+
+
+def follow(
+    job: StreamJob,
+    on_matches: Callable[[list[Any], int, int], None],
+    stop: threading.Event,
+    on_progress: Callable[[dict[str, Any]], None] | None = None,
+) -> int:
+    """Leave ``job``'s query running over the archive (archive mode, ``job.trigger_s`` and ``job.checkpoint`` set)
+    until ``stop`` is set, then stop it; returns the micro-batches it ran (those with results to hand over).
+
+    Each micro-batch reads what was archived since the last one (nothing: no micro-batch, unless the watermark
+    moved and timers are due). Its results, once appended to the results table and before Spark commits the
+    micro-batch, go to ``on_matches(matches, late, batch_id)``: the matches in ``lace match``'s (``lace replay``'s)
+    order within the micro-batch, and how many of its events the keys' matchers rejected as late (left out,
+    :data:`late` lists them). A kill between the two runs the micro-batch again from the checkpoint: the same
+    matches go to ``on_matches`` again (the service's de-duplication absorbs them: ``POST /queries/{id}/results``).
+    Nothing is held back as a tail: a match waiting on a trailing negation or on the lateness comes out in the
+    micro-batch whose events move the watermark past it. ``on_progress``: each new micro-batch's progress report
+    (Spark's ``StreamingQueryProgress`` as a dict).
+
+    Raises
+    ------
+    StreamJobError
+        As :func:`run_detection`, or when the query fails while running (an error raised by ``on_matches`` too).
+    """
+    if job.archive is None or job.trigger_s is None or job.checkpoint is None:
+        raise StreamJobError("a query left running reads the archive (--archive) and needs --checkpoint")
+    prepare(job, job.checkpoint, iter(()))
+
+    ran = [0]
+
+    def on_batch(table: Any, batch_id: int) -> None:
+        matches = list(ordered_matches(table, job.query))
+        on_matches(matches, len(late), batch_id)
+        ran[0] += 1
+
+    _, query, _ = _start(job, job.checkpoint, on_batch)
+    seen = -1
+    try:
+        while not stop.is_set():
+            ended = query.awaitTermination(1)
+            last = query.lastProgress
+            if last is not None:
+                report = last if isinstance(last, dict) else json.loads(last.json)
+                if report.get("batchId", -1) > seen:
+                    seen = report["batchId"]
+                    if on_progress is not None:
+                        on_progress(report)
+            if ended:
+                break
+    except Exception as e:
+        raise _failed(e) from e
+    finally:
+        _stop_between_batches(query)
+    progress.clear()
+    progress.extend(p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress)
+    return ran[0]
+
+
+def _stop_between_batches(query: Any, wait_s: float = 60.0) -> None:
+    """Stop ``query`` once no micro-batch is running (at most ``wait_s`` seconds of waiting): a stop inside one
+    cancels its Spark jobs, which the next run repeats anyway but which fill the log with their errors."""
+    deadline = time.monotonic() + wait_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if query.isActive:
+        query.stop()
 
 
 def prepare(job: StreamJob, workdir: Path, events: Iterator[Event]) -> None:
