@@ -362,13 +362,15 @@ def _results_writer(
         try:
             frame.count()  # the batch runs (its state, its event times for the watermark) even when already written
             if join is not None:
-                rows = join(frame).persist()
+                rows = join(frame)
+                if on_batch is not None:  # read twice: the append, then on_batch
+                    rows.persist()
             (rows.write.format("delta").mode("append").option("txnAppId", app).option("txnVersion", batch_id)
              .save(str(results)))
             if on_batch is not None:
                 on_batch(rows.toArrow(), batch_id)
         finally:
-            if rows is not frame:
+            if rows is not frame and on_batch is not None:
                 rows.unpersist()
             frame.unpersist()
 
