@@ -280,8 +280,8 @@ def _follow(job: StreamJob, deliver: str, query_id: int, api_key: str | None, la
 
         def send(matches: list[Any], late: int, batch_id: int) -> None:
             if late:
-                warn(f"micro-batch {batch_id}: {late} events rejected as late by their key's matcher, in all runs "
-                     f"of this checkpoint (raise --lateness)")
+                warn(f"micro-batch {batch_id}: {late} events rejected as late by their key's matcher, not matched "
+                     f"(raise --lateness)")
             if not matches:
                 return
             got = client.send(match_line(m).encode() + b"\n" for m in matches)  # DeliverError: the query fails

@@ -27,7 +27,8 @@ instances (``cogroup``), and per key the engine's own join
 ``lace replay``'s order (each instance's results together, instances in the live matcher's order).
 
 The archive mode (``job.archive``, :mod:`stream.archive_source`) skips step 1: the archive's Delta events tables are
-the source, and a bounded run ends without a marker (the tail of the keys' states, flushed outside the stream).
+the source, and a bounded run ends without a marker (the tail of the keys' states, flushed outside the stream); or
+the query is left running (:func:`follow`), each micro-batch's matches handed over as step 3 commits them.
 
 Timestamps are int microseconds UTC.
 """
