@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
                 warm = events[: args.warmup]
                 for i in range(0, len(warm), 500):
                     post(warm[i : i + 500])
+                from tests.stream.test_stream_deliver import archive_buffered
+
+                assert wait_until(lambda: archive_buffered(c) == 0, timeout_s=60), "the archive did not flush"
                 log = tmp / "follow.log"
                 cmd = ["stream", "--query", str(QUERY), "--archive", str(svc.data_dir / "archive"), "--checkpoint",
                        str(tmp / "ck"), "--master", "local[2]", "--follow", "--trigger", args.trigger, "--deliver",
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
                                             stderr=subprocess.STDOUT, start_new_session=True,
                                             env={**os.environ, "PYTHONPATH": str(REPO)})
                 started = time.monotonic()
-                assert wait_until(lambda: "delivered" in log.read_text(), timeout_s=600), log.read_text()[-3000:]
+                up = wait_until(lambda: "delivered" in log.read_text() or proc.poll() is not None, timeout_s=600)
+                assert up and proc.poll() is None, log.read_text()[-3000:]
                 warm_s = time.monotonic() - started
                 time.sleep(3 * args.archive_flush_s + 5)  # the warm-up's last micro-batches
                 before = len(receiver.ok())
