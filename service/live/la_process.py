@@ -66,7 +66,7 @@ from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import Ranges
 from engine.match import Match
 from service.live.archive_scheduler import MAX_BATCH, ArchiveScheduler
-from service.live.live_archived import FirstOffered
+from service.live.live_archived import RestartBound
 
 log = logging.getLogger(__name__)
 
@@ -245,8 +245,7 @@ class ProcessWorker:
         self._last_stats: dict[str, Any] = {}
         self._answered_sent = 0
         """:attr:`sent` when the child was asked for ``_last_stats`` (the pipe is in order: it had read them)."""
-        self._last_resume: int | None = None
-        self.first_offered = FirstOffered(plan)
+        self.restart = RestartBound(plan)
         self._calls: dict[int, Callable[[], None]] = {}
         self._call_ids = itertools.count(1)
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -267,7 +266,7 @@ class ProcessWorker:
         """Hand over accepted events (already archived), the query's watermark and whether its types are all idle
         or ended (see :meth:`LiveArchivedWorker.offer`): a queue append."""
         at = time.time()
-        self.first_offered.offered(events)
+        self.restart.offered(events)
         with self._unsent_lock:
             self.unsent += len(events)
             self._unsent_at.append(at)
@@ -308,15 +307,13 @@ class ProcessWorker:
 
     def resume_from_us(self) -> int | None:
         """See :meth:`LiveArchivedWorker.resume_from_us` (the child's; the last one when it is slow to answer)."""
-        if not self.ready.is_set():  # still spawning: what was offered bounds it (FirstOffered)
-            return self.first_offered.bound(self._last_resume)
-        try:
-            value = self.chan.request("resume").result(timeout=STATS_TIMEOUT_S)
-        except Exception:  # noqa: BLE001 - busy or gone: the last value is still a safe bound
-            return self.first_offered.bound(self._last_resume)
-        if value is not None:
-            self._last_resume = value
-        return self.first_offered.bound(self._last_resume)
+        value = None
+        if self.ready.is_set():  # before: still spawning, what was offered bounds it (RestartBound)
+            try:
+                value = self.chan.request("resume").result(timeout=STATS_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - busy or gone: the last value is still a safe bound
+                pass
+        return self.restart.answer(value)
 
     def stats(self) -> dict[str, Any]:
         """The child's :meth:`LiveArchivedWorker.stats`; ``backlog_events`` includes events not sent yet and,

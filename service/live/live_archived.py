@@ -20,7 +20,7 @@ open subwindows and in-flight requests, and ``live_clock - span - lateness`` for
 still to come. It is written to the query's row every ``LACE_LA_CHECKPOINT_S``; a restart replays
 the archive from there (``service.live.replay``), so after a SIGKILL every result is found again and
 recorded exactly once (the alerts' de-duplication drops those that were already committed). Until the runner
-has matched an event it has no bound of its own: the earliest event offered is the bound then (:class:`FirstOffered`).
+has matched an event it has no bound of its own: the earliest event offered is the bound then (:class:`RestartBound`).
 """
 from __future__ import annotations
 
@@ -51,41 +51,50 @@ MAX_DELAYS_KEPT = 10_000
 RETRY_MAX_S = 30.0
 
 
-class FirstOffered:
-    """The restart bound of a worker whose runner has not answered one of its own yet (module docstring, "Restart").
+class RestartBound:
+    """A worker's restart bound (module docstring, "Restart"): its runner's last answer, or before it has one, the
+    earliest event offered.
 
-    A runner's ``resume_from_us`` comes from what it matched: its live clock and its waiting instances. Before it has
-    matched any event (a restart's replay still queued, or piped to a query process still spawning) it has none, and
-    that read as "nothing pending": the checkpoint (every ``LACE_LA_CHECKPOINT_S``) moved the query's resume position
-    to the newest event time minus its reach, past the live instances the replay was rebuilding, and a SIGKILL before
-    their results committed lost them for good (the crash suite in CI, SQLite, ``iv_la``). Until the runner answers,
-    the bound is the earliest ``ts`` (an interval's start) offered, int us UTC. Once it has answered, its answers
-    bound every later event too (they end after its live clock). A query without a live span is unbounded: None.
+    A runner's bound comes from what it matched: its live clock and its waiting instances. Before it has matched any
+    event (a restart's replay still queued, or piped to a query process still spawning) it has none, and that read
+    as "nothing pending": the checkpoint (every ``LACE_LA_CHECKPOINT_S``) moved the query's resume position to the
+    newest event time minus its reach, past the live instances the replay was rebuilding, and a SIGKILL before their
+    results committed lost them for good (the crash suite in CI, SQLite, ``iv_la``). Until the runner answers, the
+    bound is the earliest ``ts`` (an interval's start) offered, int us UTC. Once it has answered, its last answer
+    stands while it is busy (bounds only grow) and bounds every later event too (they end after its live clock). A
+    query without a live span is unbounded: None.
     """
 
     def __init__(self, plan: LiveArchivedPlan) -> None:
         self.unbounded = plan.live_span_us is None
-        self.ts: int | None = None
-        self.answered = False
+        self.last: int | None = None
+        """The runner's last answer (None: none yet)."""
+        self.first_ts: int | None = None
         self.lock = threading.Lock()
 
     def offered(self, events: list[Event]) -> None:
-        """Note ``events`` handed to the worker (before its runner has answered a bound)."""
-        if self.answered or not events:
+        """Note ``events`` handed to the worker (their earliest ``ts`` counts until the runner answers)."""
+        if self.last is not None or not events:
             return
         first = min(e.ts for e in events)
         with self.lock:
-            self.ts = first if self.ts is None else min(self.ts, first)
+            self.first_ts = first if self.first_ts is None else min(self.first_ts, first)
 
-    def bound(self, answer: int | None) -> int | None:
-        """The restart bound given the runner's ``answer`` (None: it has none yet), int us UTC."""
+    def answer(self, value: int | None) -> int | None:
+        """Take the runner's answer (None: it has none now) and return the bound (:meth:`current`)."""
+        if value is not None:
+            self.last = value
+        return self.current()
+
+    def current(self) -> int | None:
+        """The bound, int us UTC: the runner's last answer, else the earliest event offered; None when unbounded or
+        nothing was offered."""
         if self.unbounded:
             return None
-        if answer is not None:
-            self.answered = True
-            return answer
+        if self.last is not None:
+            return self.last
         with self.lock:
-            return None if self.answered else self.ts
+            return self.first_ts
 
 
 class ArchiveLookups:
@@ -239,8 +248,7 @@ class LiveArchivedWorker:
         zero = {"p50": 0.0, "p99": 0.0}
         self._last_stats: dict[str, Any] = {**self.runner.stats(), "delay_ms": {"n": 0, "event": zero, "wall": zero}}
         """What :meth:`stats` answers while the runner is busy (complete from the start: readers index every key)."""
-        self._last_resume: int | None = None
-        self.first_offered = FirstOffered(plan)
+        self.restart = RestartBound(plan)
         self.stopped = False
         self.errors = 0
         self.failed: str | None = None
@@ -271,7 +279,7 @@ class LiveArchivedWorker:
         completes and every pending one is answered.
         """
         at = time.time() if offered_at is None else offered_at
-        self.first_offered.offered(events)
+        self.restart.offered(events)
         with self.counts:
             self.backlog += len(events)
             self.offered.append(at)
@@ -397,10 +405,10 @@ class LiveArchivedWorker:
 
         None: unbounded (a live side without WITHIN), or nothing offered yet. When the runner is busy (waiting for
         Spark), the last value computed is returned: it is still a safe bound (it only grows). Before the runner has
-        matched an event: the earliest offered (:class:`FirstOffered`).
+        matched an event: the earliest offered (:class:`RestartBound`).
         """
         if not self.guard.acquire(timeout=0.2):
-            return self.first_offered.bound(self._last_resume)
+            return self.restart.current()
         try:
             runner = self.runner
             with self.counts:
@@ -411,8 +419,7 @@ class LiveArchivedWorker:
                 return None
             if runner.live_clock > -(1 << 62):
                 starts.append(runner.live_clock - span - self.lateness_us)
-            self._last_resume = min(starts) if starts else self._last_resume
-            return self.first_offered.bound(self._last_resume)
+            return self.restart.answer(min(starts) if starts else None)
         finally:
             self.guard.release()
 
