@@ -32,15 +32,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stream import _pct
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "cli" / "demo_data"
 QUERY = DEMO / "queries" / "drop_then_rebound.lql"
 BARS = DEMO / "bars_1m.csv"
-
-
-def _pct(xs: list[float], q: float) -> float:
-    ys = sorted(xs)
-    return ys[min(len(ys) - 1, int(q * len(ys)))] if ys else 0.0
 
 
 def _expected(tmp: Path) -> set[str]:
@@ -64,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     from cli.service_process import Database, make_service, wait_until
     from cli.webhook_receiver import Receiver
     from engine.io import open_event_file
+    from tests.stream.test_stream_deliver import archive_buffered, register_types  # the test's harness helpers
 
     events = list(open_event_file(BARS).events())
     with tempfile.TemporaryDirectory(prefix="lace-follow-") as tmp_name:
@@ -78,11 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         acked: dict[int, float] = {}
         try:
             with svc.client() as c:
-                from cli.replay import infer_event_types
-
-                for t in infer_event_types(events, "key"):
-                    body = {"name": t.name, "attributes": dict(t.attributes), "partition_key": t.partition_key}
-                    assert c.post("/event-types", json=body).status_code == 201
+                register_types(c, events)
                 q = c.post("/queries", json={"text": QUERY.read_text()}).json()
                 assert c.post("/webhooks", json={"query_id": q["id"], "url": receiver.url}).status_code == 201
                 assert c.post(f"/queries/{q['id']}/pause").json()["state"] == "paused"
@@ -98,8 +92,6 @@ def main(argv: list[str] | None = None) -> int:
                 warm = events[: args.warmup]
                 for i in range(0, len(warm), 500):
                     post(warm[i : i + 500])
-                from tests.stream.test_stream_deliver import archive_buffered
-
                 assert wait_until(lambda: archive_buffered(c) == 0, timeout_s=60), "the archive did not flush"
                 log = tmp / "follow.log"
                 cmd = ["stream", "--query", str(QUERY), "--archive", str(svc.data_dir / "archive"), "--checkpoint",

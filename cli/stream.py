@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 
 from cli.app import MAX_LATE_REPORTS, Strategy, TsUnitChoice, app, fail, read_text, warn
-from cli.deliver import API_KEY_ENV, DeliverError, ResultsClient
+from cli.deliver import API_KEY_ENV, Delivered, DeliverError, ResultsClient
 from cli.match import MatchFormatChoice, _open_out_binary, event_file_options
 from engine.durations import parse_duration_us
 
@@ -233,9 +233,7 @@ def stream(
         fail(str(e))
     if n_late > MAX_LATE_REPORTS:
         warn(f"{n_late - MAX_LATE_REPORTS} more late events rejected ({n_late} in all)")
-    dropped = sum(
-        op.get("numRowsDroppedByWatermark", 0) for p in stream_job.progress for op in p.get("stateOperators", ())
-    )
+    dropped = stream_job.dropped_by_watermark(stream_job.progress)
     if archive is not None and dropped:
         warn(f"{dropped} events behind the watermark (the newest event time read before, minus the lateness "
              f"{lateness}) were dropped by this run (raise --lateness)")
@@ -269,12 +267,12 @@ def _follow(job: StreamJob, deliver: str, query_id: int, api_key: str | None, la
     import threading
 
     from engine.match_files import match_line
-    from stream.job import StreamJobError, follow
+    from stream.job import StreamJobError, dropped_by_watermark, follow
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    totals = [0, 0, 0]
+    total = Delivered()
 
     with ResultsClient(deliver, query_id, api_key) as client:
 
@@ -285,14 +283,14 @@ def _follow(job: StreamJob, deliver: str, query_id: int, api_key: str | None, la
             if not matches:
                 return
             got = client.send(match_line(m).encode() + b"\n" for m in matches)  # DeliverError: the query fails
-            totals[0] += got.received
-            totals[1] += got.alerts
-            totals[2] += got.duplicates
+            total.received += got.received
+            total.alerts += got.alerts
+            total.duplicates += got.duplicates
             typer.echo(f"micro-batch {batch_id}: delivered {got.received} matches to {deliver} query {query_id}: "
                        f"{got.alerts} new alerts, {got.duplicates} already alerted")
 
         def dropped(report: dict[str, Any]) -> None:
-            n = sum(op.get("numRowsDroppedByWatermark", 0) for op in report.get("stateOperators", ()))
+            n = dropped_by_watermark([report])
             if n:
                 warn(f"micro-batch {report.get('batchId')}: {n} events behind the watermark (the newest event time "
                      f"read before, minus the lateness {lateness}) were dropped (raise --lateness)")
@@ -301,5 +299,5 @@ def _follow(job: StreamJob, deliver: str, query_id: int, api_key: str | None, la
             batches = follow(job, send, stop, dropped)
         except StreamJobError as e:
             fail(str(e), code=1)
-    typer.echo(f"stopped after {batches} micro-batches: delivered {totals[0]} matches, {totals[1]} new alerts, "
-               f"{totals[2]} already alerted")
+    typer.echo(f"stopped after {batches} micro-batches: delivered {total.received} matches, {total.alerts} new "
+               f"alerts, {total.duplicates} already alerted")

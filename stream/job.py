@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -66,6 +66,12 @@ back by the lateness), in OUT but not committed; a newer event can still cancel 
 late: list[tuple[int, int]] = []
 """The events the keys' matchers rejected as late, ``(ts_end us, id)``, over every run of the checkpoint (archive
 mode; the file mode leaves such events out before Spark)."""
+
+
+def dropped_by_watermark(reports: Iterable[dict[str, Any]]) -> int:
+    """Rows the stateful operator dropped behind the watermark in the micro-batches of ``reports`` (Spark's
+    progress reports as dicts: :data:`progress`, or one report of a running query)."""
+    return sum(op.get("numRowsDroppedByWatermark", 0) for p in reports for op in p.get("stateOperators", ()))
 
 
 class StreamJobError(RuntimeError):
