@@ -99,6 +99,29 @@ def run_master(master: str, cases: list[str], n: int, batch_events: int) -> list
     return out
 
 
+def per_master(module: str, masters: list[str], args: list[str]) -> list[dict]:
+    """``python -m module --one-master M *args`` for each master M in turn (one process, so one Spark session, per
+    master); the JSON objects their lines print, echoed as they come.
+
+    Raises
+    ------
+    SystemExit
+        When a child fails (its stderr's tail written first).
+    """
+    results = []
+    for master in masters:
+        proc = subprocess.run([sys.executable, "-m", module, "--one-master", master, *args],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            sys.stderr.write(proc.stderr[-4000:])
+            raise SystemExit(f"{module} --one-master {master} failed (exit {proc.returncode})")
+        for line in proc.stdout.splitlines():
+            if line.startswith("{"):
+                results.append(json.loads(line))
+                print(line, flush=True)
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=100_000, help="events of the seed-42 stream")
@@ -112,17 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.one_master:
         run_master(a.one_master, cases, a.n, a.batch_events)
         return 0
-    results = []
-    for master in a.masters.split(","):
-        proc = subprocess.run(
-            [sys.executable, "-m", "bench.stream", "--one-master", master, "--cases", a.cases, "--n", str(a.n),
-             "--batch-events", str(a.batch_events)],
-            check=True, capture_output=True, text=True,
-        )
-        for line in proc.stdout.splitlines():
-            if line.startswith("{"):
-                results.append(json.loads(line))
-                print(line, flush=True)
+    results = per_master("bench.stream", a.masters.split(","),
+                         ["--cases", a.cases, "--n", str(a.n), "--batch-events", str(a.batch_events)])
     if not a.no_lace_match:
         for case in cases:
             r = run_lace_match(case, a.n, repeat=1)

@@ -41,6 +41,14 @@ class Event:
         self.attrs = attrs if attrs is not None else {}
         self.ts_end = ts if ts_end is None else ts_end
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its constructor's arguments (a point event without ``ts_end``): about 2/3 of the size and
+        time of the default for slotted objects, which names every slot in every pickle. Events cross process
+        boundaries by pickle (query processes, Spark's Python workers, ``lace stream``'s tables)."""
+        if self.ts_end == self.ts:
+            return self.__class__, (self.id, self.type, self.ts, self.attrs)
+        return self.__class__, (self.id, self.type, self.ts, self.attrs, self.ts_end)
+
     def get(self, attr: str) -> Any:
         """Value of ``attr``; header fields ``ts``, ``id``, ``type`` first. Missing -> None."""
         if attr == "ts":

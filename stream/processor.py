@@ -79,9 +79,6 @@ RESULT_SCHEMA = StructType([*OUTPUT_SCHEMA.fields[:-1], StructField("r", LongTyp
 """A result of a live-and-archived statement: its live instance's place (:data:`ORDER`), ``r`` its rank among that
 instance's results, ``m`` the pickled result."""
 _STATE_SCHEMA = StructType([StructField("matcher", BinaryType()), StructField("n", LongType())])
-_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
-_LA_COLUMNS = [f.name for f in LA_OUTPUT_SCHEMA.fields]
-_RESULT_COLUMNS = [f.name for f in RESULT_SCHEMA.fields]
 _compiled: dict[tuple[str, str | None], CompiledQuery] = {}
 _plans: dict[str, LiveArchivedPlan | None] = {}
 
@@ -157,14 +154,14 @@ class LaceProcessor(StatefulProcessor):
         self.strategy = strategy
         self.lateness_us = lateness_us
         self.plan: LiveArchivedPlan | None = None
-        self.columns = _COLUMNS
+        self.schema = OUTPUT_SCHEMA
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         """Spark's set-up call: the key's ``ValueState`` (pickled matcher state, match count)."""
         self.handle = handle
         self.value = handle.getValueState("matcher", _STATE_SCHEMA)
         self.plan = live_archived_plan(self.text)
-        self.columns = _COLUMNS if self.plan is None else _LA_COLUMNS
+        self.schema = OUTPUT_SCHEMA if self.plan is None else LA_OUTPUT_SCHEMA
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
         """Push the key's events of this micro-batch, in (ts, id) order; yield their matches."""
@@ -184,7 +181,7 @@ class LaceProcessor(StatefulProcessor):
                 late.append((event.ts_end, event.id))
         if late:  # archive mode: an event more than the lateness behind its key's newest one
             pad = ("", 0, 0) if self.plan is not None else ()
-            yield pd.DataFrame([(ts, i, LATE, 0, 0, 0, b"", *pad) for ts, i in late], columns=self.columns)
+            yield output_table([(ts, i, LATE, 0, 0, 0, b"", *pad) for ts, i in late], self.schema).to_pandas()
         yield from self._finish(matcher, n, found)
 
     def handleExpiredTimer(self, key: Any, timerValues: Any, expiredTimerInfo: Any) -> Iterator[pd.DataFrame]:
@@ -219,7 +216,7 @@ class LaceProcessor(StatefulProcessor):
             if deadline is not None:
                 self.handle.registerTimer(deadline // 1000 + 1)  # fires once the watermark is past the deadline
         if rows:
-            yield pd.DataFrame(rows, columns=self.columns)
+            yield output_table(rows, self.schema).to_pandas()
 
 
 def match_rows(matcher: Matcher, n: int, found: list[Match]) -> list[tuple[int, int, int, int, int, int, bytes]]:
@@ -258,7 +255,7 @@ def join_group(text: str) -> Any:
 
     def join(key: Any, live: pd.DataFrame, archived: pd.DataFrame) -> pd.DataFrame:
         if live.empty:
-            return pd.DataFrame([], columns=_RESULT_COLUMNS)
+            return output_table([], RESULT_SCHEMA).to_pandas()
         from engine.live_archived.runner import join_instances
 
         plan = live_archived_plan(text)
@@ -274,7 +271,7 @@ def join_group(text: str) -> Any:
                                     join_instances(plan, instances, events))
             for r, res in enumerate(found)
         ]
-        return pd.DataFrame(rows, columns=_RESULT_COLUMNS)
+        return output_table(rows, RESULT_SCHEMA).to_pandas()
 
     return join
 
@@ -282,7 +279,9 @@ def join_group(text: str) -> Any:
 def output_table(rows: list[tuple[Any, ...]], schema: StructType = OUTPUT_SCHEMA) -> Any:
     """``rows`` (:func:`match_rows`'s, a late event's; with ``schema`` :data:`LA_OUTPUT_SCHEMA`,
     :func:`instance_rows`'s; with :data:`RESULT_SCHEMA`, :func:`join_group`'s) as a ``pyarrow.Table`` of
-    ``schema``'s columns (``m`` binary, ``ak`` string, the others int64); an empty table when there are none."""
+    ``schema``'s columns (``m`` binary, ``ak`` string, the others int64); an empty table when there are none. The
+    processor's frames are its ``to_pandas()``: built column by column, about half the time of
+    ``pd.DataFrame(rows)``, which infers each column's type from the Python objects."""
     import pyarrow as pa
 
     names = [f.name for f in schema.fields]
