@@ -17,7 +17,7 @@ RETURN, ``fields`` (struct: alias -> value).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -83,7 +83,7 @@ def _line_fn(layout: Any) -> _LineFn | None:
     return general
 
 
-def _take1(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+def _take1(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
     for m in ms:
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return
@@ -91,7 +91,7 @@ def _take1(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None])
         ext((v[0].id, m.start, m.end))  # type: ignore[index]
 
 
-def _take2(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+def _take2(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
     for m in ms:
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return
@@ -99,7 +99,7 @@ def _take2(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None])
         ext((v[0].id, v[1].id, m.start, m.end))  # type: ignore[index]
 
 
-def _take3(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+def _take3(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
     for m in ms:
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return
@@ -107,7 +107,7 @@ def _take3(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None])
         ext((v[0].id, v[1].id, v[2].id, m.start, m.end))  # type: ignore[index]
 
 
-def _take4(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+def _take4(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
     for m in ms:
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return
@@ -115,7 +115,7 @@ def _take4(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None])
         ext((v[0].id, v[1].id, v[2].id, v[3].id, m.start, m.end))  # type: ignore[index]
 
 
-def _take_any(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
+def _take_any(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
     for m in ms:
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return
@@ -125,7 +125,7 @@ def _take_any(ms: list[Match], layout: Any, query: Any, ext: Callable[[Any], Non
 
 # take(matches, layout, query, extend): the leading matches of (layout, query) without fields, as flat values
 # (slot ids in variable order, start, end); stops at the first other one. Fixed arities avoid a list per match.
-_TAKE: dict[int, Callable[[list[Match], Any, Any, Callable[[Any], None]], None]] = {
+_TAKE: dict[int, Callable[[Iterator[Match], Any, Any, Callable[[Any], None]], None]] = {
     1: _take1, 2: _take2, 3: _take3, 4: _take4,
 }
 _LINES_PER_FORMAT = 1024  # matches formatted by one % of the template repeated
@@ -207,19 +207,22 @@ class MatchWriter:
             return
         ms = matches if type(matches) is list else list(matches)
         flat = self._flat
-        while ms:
+        pos = 0  # the next match to write: ms is never sliced (a slice per match or run made a long list quadratic)
+        while pos < len(ms):
             run = self._run
             if run is not None:
+                it = iter(ms)
+                it.__setstate__(pos)  # type: ignore[attr-defined]  # a list iterator from ms[pos], without a copy
                 before = len(flat)
-                run[0](ms, run[1], run[2], flat.extend)
+                run[0](it, run[1], run[2], flat.extend)
                 k = (len(flat) - before) // run[3]
                 self._run_n += k
-                if k == len(ms):
+                pos += k
+                if pos == len(ms):
                     break
-                ms = ms[k:]
-            # ms[0] ends the run: start one for its layout, or write it on its own
+            # ms[pos] ends the run: start one for its layout, or write it on its own
             self._format_run()
-            m = ms[0]
+            m = ms[pos]
             layout = m._layout
             template = None
             if layout is not None and not m._fields and m._events is None:
@@ -231,7 +234,7 @@ class MatchWriter:
             if template is None:
                 self._parts.append(match_line(m) + "\n")
                 self._n_parts += 1
-                ms = ms[1:]
+                pos += 1
             else:
                 n = len(layout[0])
                 self._run = (_TAKE.get(n, _take_any), layout, m.query, n + 2, template)

@@ -255,7 +255,7 @@ def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(
     w = MatchWriter(out, batch=rnd.choice([1, 100, 5_000, 65_536]))
     i = 0
     while i < len(ms):
-        n = rnd.choice([1, 7, 300, 2_000])
+        n = rnd.choice([1, 7, 300, 2_000, len(ms)])  # len(ms): the whole rest in one call (lace stream)
         w.write(ms[i:i + n] if rnd.random() < 0.8 else iter(ms[i:i + n]))
         i += n
     w.flush()
