@@ -35,6 +35,15 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))] if values else 0.0
 
 
+def batch_seconds(reports: list[dict]) -> tuple[list[float], list[float]]:
+    """The durations (s) of the micro-batches in Spark's progress ``reports`` (dicts): (those with events, those
+    with one row or none: the end markers' and the no-data ones, i.e. what a micro-batch costs with no events)."""
+    data, empty = [], []
+    for p in reports:
+        (data if p.get("numInputRows", 0) > 1 else empty).append(p["durationMs"].get("triggerExecution", 0) / 1000)
+    return data, empty
+
+
 def run_stream_case(case: str, n: int, master: str, batch_events: int) -> dict:
     """One case through the stream job on this process's session (``master``); timings in seconds."""
     from bench.streams import bench_csv
@@ -59,10 +68,8 @@ def run_stream_case(case: str, n: int, master: str, batch_events: int) -> dict:
             sink.write(list(ordered_matches(results, query)))
         matches = sink.written
         t3 = time.perf_counter()
-    batches = [p for p in J.progress if p.get("numInputRows", 0) > 1]  # the end markers' batches aside
     durations = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in J.progress]
-    # the end markers' micro-batches (one row or none): what a micro-batch costs with no events in it
-    fixed = [p["durationMs"].get("triggerExecution", 0) / 1000 for p in J.progress if p.get("numInputRows", 0) <= 1]
+    batches, fixed = batch_seconds(J.progress)
     last = J.progress[-1]["stateOperators"][0] if J.progress and J.progress[-1].get("stateOperators") else {}
     peak_state = max((p["stateOperators"][0].get("memoryUsedBytes", 0) for p in J.progress if p.get("stateOperators")),
                      default=0)

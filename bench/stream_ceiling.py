@@ -91,7 +91,7 @@ def run_master(master: str, kinds: list[str], n: int, batch_events: int) -> list
     """Start Spark with ``master``, warm up, write the source once, run ``kinds``; one result per kind."""
     os.environ["LACE_SPARK_MASTER"] = master
     from bench.engine import query_text
-    from bench.stream import run_stream_case
+    from bench.stream import batch_seconds, run_stream_case
     from bench.streams import bench_csv
     from engine.compiler import compile_query
     from engine.io import open_event_file
@@ -110,11 +110,10 @@ def run_master(master: str, kinds: list[str], n: int, batch_events: int) -> list
                 from stream import job as J
 
                 r = run_stream_case("P1-any", n, master, batch_events)
-                secs, reports = n / r["events_per_s"], list(J.progress)
+                secs, reports = r["detect_s"], list(J.progress)
             else:
                 secs, reports = run_ceiling(kind, work / "source", work)
-            data = [p["durationMs"]["triggerExecution"] / 1000 for p in reports if p["numInputRows"] > 1]
-            empty = [p["durationMs"]["triggerExecution"] / 1000 for p in reports if p["numInputRows"] <= 1]
+            data, empty = batch_seconds(reports)
             row = {"kind": kind, "master": master, "n": n, "batch_events": batch_events, "detect_s": round(secs, 2),
                    "events_per_s": int(n / secs), "micro_batches": len(reports),
                    "data_batch_s": [round(x, 2) for x in data], "empty_batch_s": [round(x, 2) for x in empty],

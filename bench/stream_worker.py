@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.engine import query_text
     from bench.streams import bench_csv
     from engine.io import open_event_file
-    from stream.processor import OUTPUT_SCHEMA, LaceProcessor
+    from stream.processor import OUTPUT_SCHEMA, LaceProcessor, output_table
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=100_000)
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                          "ev": [pickle.dumps(e, pickle.HIGHEST_PROTOCOL) for e in v]})
         for k, v in by_key.items()
     }
-    schema = pa.schema([(f.name, pa.binary() if f.name == "m" else pa.int64()) for f in OUTPUT_SCHEMA.fields])
+    schema = output_table([], OUTPUT_SCHEMA).schema  # the output columns' Arrow types, as the stream's tables
     processor = LaceProcessor(query_text(a.case), None, 0)
     t0 = time.perf_counter()
     rows = size = 0
