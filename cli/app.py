@@ -15,12 +15,15 @@ import sys
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 
 import typer
 
 from engine.durations import parse_duration_us
 from engine.options import Algorithm, PmPolicy, Storage, Strategy
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(
     name="lace",
@@ -65,6 +68,22 @@ PmStoreOption = Annotated[
     str | None, typer.Option(help="SQLAlchemy URL of the partial-match store (default: a temporary SQLite file).")
 ]
 """The partial-match budget options of ``lace match`` and ``lace replay`` (docs/architecture.md section 7.6)."""
+
+
+LOG_WIDTH = 160
+"""Columns of rich output that does not go to a terminal (a pipe, CI's log, a file): rich's default there is 80, which
+cut the demo's summary table ("aler…", "21,2…"); a log is read whole, so lines may be wider."""
+
+
+def console(*, stderr: bool = False) -> Console:
+    """The rich console of a command: the terminal's width on a terminal, :data:`LOG_WIDTH` columns elsewhere (unless
+    ``COLUMNS`` is set, which rich honours)."""
+    from rich.console import Console
+
+    out = Console(stderr=stderr)
+    if not out.is_terminal and "COLUMNS" not in os.environ:
+        out.width = LOG_WIDTH
+    return out
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:

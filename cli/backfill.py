@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.app import app, fail, open_out, read_text
+from cli.app import app, console, fail, open_out, read_text
 
 
 def parse_time_us(text: str) -> int:
@@ -58,12 +58,10 @@ def backfill(
     if shutil.which("java") is None:
         fail("lace backfill needs Java 17 on PATH (Spark reads the archive)")
 
-    from rich.console import Console
-
     from archive.backfill import BackfillError, Progress, run_backfill
     from archive.spark import get_spark
 
-    err = Console(stderr=True)
+    err = console(stderr=True)
     if progress:
         with err.status("starting Spark"):
             get_spark()

@@ -51,6 +51,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cli.app import app, fail
+from cli.app import console as app_console
 from cli.demo_client import QueryRun, _Demo, _post_paced
 from cli.demo_report import _fmt_time, _summary, percentile
 from cli.demo_streams import (
@@ -170,7 +171,7 @@ def run_demo(
     DemoError
         When the service refuses a request, stops, or does not finish within ``idle_timeout_s``.
     """
-    console = console or Console()
+    console = console or app_console()
     t_total = time.perf_counter()
     events = load_stream() if events is None else events
     archived, live = split_stream(events, splits)
