@@ -121,9 +121,18 @@ _LOOPBACK = ipaddress.ip_address("127.0.0.1")
 
 
 def resolve(host: str) -> list[IpAddress]:
-    """The addresses of ``host`` (an IP literal, or a name through the system resolver); [] if it does not resolve.
+    """The addresses of ``host`` (the check when a URL is set; deliveries resolve through :class:`CheckedResolver`).
 
-    Used by :func:`check_target` when a URL is set; deliveries resolve through :class:`CheckedResolver`.
+    Parameters
+    ----------
+    host : str
+        An IP literal (bracketed or not) or a name, looked up with ``socket.getaddrinfo`` (blocking).
+
+    Returns
+    -------
+    list of IPv4Address | IPv6Address
+        The literal, or every address of the name in the resolver's order (IPv6 scope ids dropped); ``[]`` when
+        it does not resolve (no error is raised).
     """
     literal = host.strip("[]")
     try:
