@@ -21,14 +21,20 @@ the loop when it commits deliveries; it also polls every ``webhook_poll_s`` for 
 
 Every attempt of a delivery carries the same ``Idempotency-Key`` and body; the signature
 header is recomputed with the attempt's timestamp (and the pre-rotation secret during its grace
-period). The URL's host is checked against the allowed targets before every attempt
-(:mod:`service.webhooks.targets`).
+period). A direct attempt connects only to addresses that passed the target check: the connector's resolver is
+:class:`~service.webhooks.targets.CheckedResolver`, which hands it only the allowed addresses of the URL's host (an IP
+literal is checked before the attempt, :func:`~service.webhooks.targets.literal_refused`). An attempt through the
+egress proxy of ``HTTP_PROXY`` / ``HTTPS_PROXY`` goes through a second session, whose connector resolves only the
+proxy's host: the proxy resolves the webhook's host and connects (:mod:`service.webhooks.targets`). A refused target
+fails the attempt with the reason (``target refused: ...``), like a failed connection but not counted against the
+endpoint's circuit.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import functools
-import ipaddress
 import logging
 import threading
 import time
@@ -38,7 +44,9 @@ import aiohttp
 import anyio
 import orjson
 import yarl
+from aiohttp.abc import AbstractResolver
 from aiohttp.helpers import get_env_proxy_for_url
+from aiohttp.resolver import DefaultResolver
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.config import Settings
@@ -55,7 +63,7 @@ from service.webhooks.store import (
     record_outcomes,
     release_leases,
 )
-from service.webhooks.targets import TargetRefused, check_target, check_target_cached
+from service.webhooks.targets import AddressesRefused, CheckedResolver, literal_refused
 
 __all__ = ["Dispatcher", "backoff_s"]
 
@@ -84,13 +92,43 @@ def _env_proxy(scheme: str, host: str) -> tuple[yarl.URL | None, aiohttp.BasicAu
         return None, None
 
 
-class Dispatcher:
-    """Delivers outbox rows; start with :meth:`start`, stop with :meth:`stop`."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Clients:
+    """The dispatcher's two HTTP sessions: ``direct`` connects only to checked addresses
+    (:class:`~service.webhooks.targets.CheckedResolver`); ``proxied`` only to the egress proxy."""
 
-    def __init__(self, *, sessions: sessionmaker[Session], settings: Settings, metrics: Metrics) -> None:
+    direct: aiohttp.ClientSession
+    proxied: aiohttp.ClientSession
+
+
+class Dispatcher:
+    """Delivers outbox rows; start with :meth:`start`, stop with :meth:`stop`.
+
+    Parameters
+    ----------
+    sessions : sessionmaker
+        The service's database sessions (the outbox and its log).
+    settings : Settings
+        The ``webhook_*`` settings: schedule, concurrency, timeout, breaker, allowed targets.
+    metrics : Metrics
+        Where attempts, outcomes and latencies are counted.
+    resolver : aiohttp.abc.AbstractResolver, optional
+        What answers webhook host names, wrapped in :class:`~service.webhooks.targets.CheckedResolver` (default:
+        aiohttp's ``DefaultResolver``, made on the dispatcher's loop). Tests give one that answers what they need.
+    """
+
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        metrics: Metrics,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self.sessions = sessions
         self.settings = settings
         self.metrics = metrics
+        self.resolver = resolver
         self.server_key = settings.signing_key()
         self._wake = asyncio.Event()  # these three belong to the dispatcher's loop (first used there)
         self._inflight: set[asyncio.Task[None]] = set()
@@ -159,18 +197,30 @@ class Dispatcher:
 
     # ------------------------------------------------------------------ loop
 
-    async def _run(self) -> None:
+    def _client(self, resolver: AbstractResolver | None) -> aiohttp.ClientSession:
+        """A session of ``webhook_concurrency`` connections whose connector resolves with ``resolver`` (None: a
+        ``DefaultResolver`` of its own)."""
         s = self.settings
-        sem = asyncio.Semaphore(s.webhook_concurrency)
-        async with aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=s.webhook_concurrency),
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=s.webhook_concurrency, resolver=resolver),
             timeout=aiohttp.ClientTimeout(total=s.webhook_timeout_s),
             cookie_jar=aiohttp.DummyCookieJar(),  # one endpoint's cookies never go to another
             trust_env=False,  # the proxy from HTTP(S)_PROXY / NO_PROXY: env_proxy, once per host
-        ) as client:
+        )
+
+    async def _run(self) -> None:
+        s = self.settings
+        sem = asyncio.Semaphore(s.webhook_concurrency)
+        async with contextlib.AsyncExitStack() as stack:
+            checked = CheckedResolver(s, self.resolver or DefaultResolver())
+            stack.push_async_callback(checked.close)
+            clients = _Clients(
+                direct=await stack.enter_async_context(self._client(checked)),
+                proxied=await stack.enter_async_context(self._client(None)),  # resolves only the proxy's host
+            )
             while not self._stopping:
                 try:
-                    await self._round(client, sem)
+                    await self._round(clients, sem)
                 except Exception:
                     log.exception("dispatcher round failed; retrying")
                     await asyncio.sleep(s.webhook_poll_s)
@@ -182,7 +232,7 @@ class Dispatcher:
             if self._inflight:
                 await asyncio.wait(self._inflight, timeout=s.webhook_timeout_s)
 
-    async def _round(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore) -> None:
+    async def _round(self, clients: _Clients, sem: asyncio.Semaphore) -> None:
         """Lease due deliveries when no more than half of ``webhook_batch`` are leased and unfinished.
 
         Claims are large (a claim and its outcomes' marks cost ~5 ms of SQLAlchemy and a commit each, whatever
@@ -208,7 +258,7 @@ class Dispatcher:
         for job in jobs:
             if not job.probe:  # claimed as closed: the database is the truth (a PATCH or resume closes it too)
                 self._open.discard(job.webhook_id)
-            task = asyncio.create_task(self._send(client, sem, job))
+            task = asyncio.create_task(self._send(clients, sem, job))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
@@ -259,7 +309,7 @@ class Dispatcher:
             if o.ok:
                 self.metrics.delivery_latency.observe(max(o.at_us - o.job.alert_created_at_us, 0) / 1e6)
 
-    async def _send(self, client: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> None:
+    async def _send(self, clients: _Clients, sem: asyncio.Semaphore, job: Job) -> None:
         """Attempt ``job`` and hand its outcome to the recorder. A sending slot is held from the request until the
         outcome is committed: at most ``webhook_concurrency`` deliveries are ever answered and not yet marked,
         which bounds what a crash sends again (leased jobs queued behind the slots are not sent yet)."""
@@ -270,14 +320,14 @@ class Dispatcher:
             await recorded
 
         try:
-            refused = await self._refused(job.url)
+            refused = self._refused(job.url)
             if refused is not None:
                 await hand_over(Outcome(job, False, None, refused, now_us(), 0.0, endpoint_down=False))
                 return
             async with sem:
                 self._sending += 1
                 try:
-                    outcome = await self._attempt(client, job)
+                    outcome = await self._attempt(clients, job)
                 finally:
                     self._sending -= 1
                 await hand_over(outcome)
@@ -287,27 +337,19 @@ class Dispatcher:
                 (Outcome(job, False, None, f"{type(e).__name__}: {e}", now_us(), 0.0, endpoint_down=False), recorded)
             )
 
-    async def _refused(self, url: str) -> str | None:
-        """Why the URL's host may not be sent to now (None: it may)."""
+    def _refused(self, url: str) -> str | None:
+        """Why the URL may not be sent to, known before connecting (None: the connection decides). A host name is
+        checked by the connector's resolver as it is resolved; an IP literal, which aiohttp does not resolve, here."""
         try:
             host = yarl.URL(url).raw_host  # what the client connects to (an IDN in its ASCII form)
         except (ValueError, TypeError) as e:
             return f"bad URL: {e}"
         if not host:
             return "bad URL: no host"
-        try:
-            try:
-                check_target(host, self.settings, addresses=[ipaddress.ip_address(host.strip("[]"))])
-            except ValueError as e:
-                if isinstance(e, TargetRefused):
-                    raise
-                now_s = time.time()
-                await anyio.to_thread.run_sync(lambda: check_target_cached(host, self.settings, now_s))
-        except TargetRefused as e:
-            return f"target refused: {host} {e}"
-        return None
+        reason = literal_refused(host, self.settings)
+        return None if reason is None else f"target refused: {reason}"
 
-    async def _attempt(self, client: aiohttp.ClientSession, job: Job) -> Outcome:
+    async def _attempt(self, clients: _Clients, job: Job) -> Outcome:
         """One POST of ``job`` (its slot already held): the outcome, never an exception of the request."""
         body = orjson.dumps(job.payload)
         secret = webhook_secret(self.server_key, job.webhook_id, job.salt)
@@ -325,6 +367,7 @@ class Dispatcher:
         headers[SIGNATURE_HEADER] = signature_header(secret, body, timestamp_s=int(time.time()), also=older)
         try:
             proxy, proxy_auth = env_proxy(job.url)
+            client = clients.direct if proxy is None else clients.proxied
             async with client.post(
                 job.url, data=body, headers=headers, allow_redirects=False, proxy=proxy, proxy_auth=proxy_auth
             ) as resp:
@@ -333,9 +376,14 @@ class Dispatcher:
                 code: int | None = resp.status
             ok = 200 <= resp.status < 300
             err = None if ok else f"HTTP {resp.status}"
+            down = not ok and is_endpoint_failure(code)
+        except aiohttp.ClientConnectorError as e:
+            if isinstance(e.os_error, AddressesRefused):  # nothing was connected to; not the endpoint's failure
+                ok, code, err, down = False, None, f"target refused: {e.os_error.strerror}", False
+            else:
+                ok, code, err, down = False, None, f"{type(e).__name__}: {e}", True
         except Exception as e:  # no answer (refused, timeout, bad URL): retried like a 5xx
-            ok, code, err = False, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            ok, code, err, down = False, None, f"{type(e).__name__}: {e}" if str(e) else type(e).__name__, True
         at = now_us()
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        down = not ok and is_endpoint_failure(code)
         return Outcome(job, ok, code, err, at, elapsed_ms, endpoint_down=down)

@@ -59,7 +59,9 @@ def created(row: WebhookRow, settings: Settings) -> WebhookCreated:
 
 def check_url(url: str, settings: Settings | None = None) -> str:
     """``url`` when it is an absolute http(s) URL with a host, no credentials, no fragment, whose host is an
-    allowed target (:mod:`service.webhooks.targets`; not checked without ``settings``).
+    allowed target (:func:`service.webhooks.targets.check_target`; not checked without ``settings``). A host name
+    that does not resolve now is accepted: every delivery attempt checks the addresses it connects to
+    (:class:`service.webhooks.targets.CheckedResolver`).
 
     Raises
     ------
