@@ -5,7 +5,7 @@ PYTHON    ?= python3.11
 LACE_VENV ?= .venv
 PY        := $(LACE_VENV)/bin/python
 STAMP     := $(LACE_VENV)/.lace-installed
-PYTEST_ARGS ?= --durations=0 --durations-min=10  # every step (setup, call) of 10 s or more, named at the end of the log
+PYTEST_ARGS ?= --durations=30  # the 30 slowest steps (setup, call, teardown), named at the end of the log
 BENCH_ARGS  ?= --n 100000
 
 .DEFAULT_GOAL := help

@@ -43,7 +43,7 @@ def bench_10k() -> list:
     return generate_events(10_000)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 (pytest's hook signature)
+def _postgres_skips(terminalreporter) -> None:
     """One line saying how many PostgreSQL tests skipped and why (no server: ``make postgres`` starts one)."""
     from tests.postgres import SKIP_REASON
 
@@ -53,3 +53,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
             f"{len(skipped)} PostgreSQL tests skipped: {SKIP_REASON} (`make postgres` installs and starts one)",
             yellow=True,
         )
+
+
+def folder_seconds(terminalreporter) -> dict[str, float]:
+    """Wall seconds of every test step (setup, call, teardown) summed per top-level test folder (``tests/service``,
+    ``engine`` for the docstring examples, ...), from the reports the run kept."""
+    totals: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            nodeid, duration = getattr(rep, "nodeid", None), getattr(rep, "duration", None)
+            if not nodeid or duration is None or getattr(rep, "when", None) is None:
+                continue
+            parts = nodeid.split("::")[0].split("/")
+            folder = "/".join(parts[:2]) if parts[0] == "tests" and len(parts) > 2 else parts[0]
+            totals[folder] = totals.get(folder, 0.0) + duration
+    return totals
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001 (pytest's hook signature)
+    """The time of each top-level test folder (CI prints it every run: docs/testing.md), then the PostgreSQL skips."""
+    totals = folder_seconds(terminalreporter)
+    if totals:
+        terminalreporter.section("seconds per test folder (setup + call + teardown, summed over workers)")
+        for folder, seconds in sorted(totals.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{seconds:9.1f} s  {folder}")
+    _postgres_skips(terminalreporter)
