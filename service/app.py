@@ -245,4 +245,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for router in ROUTERS:
         app.include_router(router)
+    app.webhooks.include_router(webhooks.outgoing)  # documented under the OpenAPI `webhooks` (what is sent)
     return app

@@ -16,6 +16,7 @@ import httpx
 
 from cli.service_process import ServiceProcess, unique, wait_until
 from cli.webhook_receiver import Receiver
+from service.schemas.alerts import WebhookAlert
 
 
 def make_type(c: httpx.Client, *, lateness_ms: int = 0) -> str:
@@ -84,13 +85,23 @@ def test_alert_reaches_the_receiver_signed(service: ServiceProcess, receiver: Re
         payload = json.loads(got[0]["body"])
         assert payload["events"] == {"a": [ids[0]], "b": [ids[2]]}
         assert payload["fields"] == {"symbol": "IBM", "low": 85.0}
-        assert payload["query"] == {"id": q["id"], "name": q["name"], "version": 1}
         assert payload["end"].endswith("+00:00")
         alerts = c.get("/alerts", params={"query_id": q["id"]}).json()["items"]
-        assert [a["id"] for a in alerts] == [payload["alert_id"]]
+        # the body is the documented WebhookAlert: GET /alerts's item, same names and values, and the query's name
+        WebhookAlert.model_validate(payload)
+        assert {k: payload[k] for k in alerts[0]} == alerts[0] and payload["query_name"] == q["name"]
+        assert payload["query_version"] == 1
+        # issue 47: the names sent before stay (deprecated in the schema) for receivers that read them
+        assert payload["alert_id"] == payload["id"]
+        assert payload["query"] == {"id": q["id"], "name": q["name"], "version": 1}
+        schema = c.get("/openapi.json").json()
+        assert schema["webhooks"]["alert"]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/WebhookAlert"
+        }
+        assert set(schema["components"]["schemas"]["WebhookAlert"]["properties"]) == set(payload)
         key = got[0]["headers"]["idempotency-key"]
         assert key.startswith("lace-") and str(uuid.UUID(key.removeprefix("lace-"))) == key.removeprefix("lace-")
-        dl = wait_until(lambda: c.get("/deliveries", params={"alert_id": payload["alert_id"]}).json()["items"])
+        dl = wait_until(lambda: c.get("/deliveries", params={"alert_id": payload["id"]}).json()["items"])
         assert wait_until(lambda: c.get(f"/deliveries/{dl[0]['id']}").json()["status"] == "delivered")
         detail = c.get(f"/deliveries/{dl[0]['id']}").json()
         assert detail["idempotency_key"] == key and [a["outcome"] for a in detail["log"]] == ["delivered"]
