@@ -41,8 +41,9 @@ from service.core.errors import ApiError, get_or_404
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
 from service.event_type import checked_event_type, event_type
+from service.live.live_query import counter_totals
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
-from service.schemas.common import iso
+from service.schemas.common import iso, ms
 from service.schemas.resources import (
     Delays,
     LiveArchivedStats,
@@ -284,7 +285,7 @@ def stats(lq: LiveQuery) -> QueryStats:
         oldest = s.get("oldest_pending") or {}
         la = LiveArchivedStats(
             algorithm=s["algorithm"],
-            tolerance_ms=(lq.options.tolerance_us or 0) / 1_000,
+            tolerance_ms=ms(lq.options.tolerance_us or 0),
             live_instances=s["live_instances"],
             results=s["results"],
             archive_requests=s["archive_requests"],
@@ -349,9 +350,9 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         kind=row.kind,  # type: ignore[arg-type]
         types=list(row.types),
         emits=row.emits,
-        window_ms=None if row.window_us is None else row.window_us / 1_000,
+        window_ms=None if row.window_us is None else ms(row.window_us),
         algorithm=opts.algorithm if live_archived else None,
-        tolerance_ms=(opts.tolerance_us or 0) / 1_000 if live_archived else None,
+        tolerance_ms=ms(opts.tolerance_us or 0) if live_archived else None,
         pm_capacity=opts.pm_capacity,
         pm_policy=opts.pm_policy,
         version=row.version,
@@ -361,7 +362,7 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         stats=None if lq is None else stats(lq),
         plan_choice=row.plan_choice,
         warm=None if lq is None else lq.warm,
-        totals=lq.totals() if lq is not None else dict(row.counters or {}),
+        totals=lq.totals() if lq is not None else counter_totals(row.counters or {}),
     )
 
 

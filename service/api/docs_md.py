@@ -118,7 +118,10 @@ def render(spec: dict[str, Any], scopes: dict[tuple[str, str], str]) -> str:
             required = set(schema.get("required", []))
             out.append("| field | type | required | description |\n| --- | --- | --- | --- |")
             for field, fs in props.items():
-                out.append(f"| `{field}` | {_type(fs)} | {field in required} | {_cell(fs.get('description', ''))} |")
+                desc = fs.get("description", "")
+                if "default" in fs:
+                    desc = f"{desc} (default `{json.dumps(fs['default'])}`)".strip()
+                out.append(f"| `{field}` | {_type(fs)} | {field in required} | {_cell(desc)} |")
             out.append("")
         for example in schema.get("examples", [])[:1]:
             out.append(f"Example:\n\n```json\n{json.dumps(example, indent=2)}\n```\n")

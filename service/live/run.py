@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from service.live.runtime import LiveRuntime
 
 
-def _base_counts(s: dict[str, Any]) -> tuple[float, float, float]:
+def _base_counts(s: dict[str, Any]) -> tuple[int, int, float]:
     m = s.get("live_matcher", s)  # a live-and-archived runner nests its live matcher's counters
-    return float(m.get("events", 0)), float(m.get("late", 0)), float(s.get("cpu_s", 0.0))
+    return int(m.get("events", 0)), int(m.get("late", 0)), float(s.get("cpu_s", 0.0))
 
 
 class GraphRun:
@@ -114,7 +114,7 @@ class GraphRun:
         """The counters of :meth:`stats` ``s`` that add up across restarts (matches: what it emitted)."""
         events, late, cpu = _base_counts(s)
         m = s.get("live_matcher", s)
-        return {"events": events, "late": late, "matches": float(m.get("emitted", 0)), "cpu_s": cpu}
+        return {"events": events, "late": late, "matches": int(m.get("emitted", 0)), "cpu_s": cpu}
 
     def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
         """None: it makes no archive requests."""
@@ -215,10 +215,10 @@ class WorkerRun:
         return {
             "events": events,
             "late": late,
-            "matches": float(s["results"]),
+            "matches": int(s["results"]),
             "cpu_s": cpu,
-            "live_instances": float(s.get("live_instances", 0)),
-            "archive_requests": float(s.get("archive_requests", 0)),
+            "live_instances": int(s.get("live_instances", 0)),
+            "archive_requests": int(s.get("archive_requests", 0)),
         }
 
     def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:

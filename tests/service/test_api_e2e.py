@@ -147,6 +147,34 @@ def test_pause_resume_update_delete_take_effect_live(service: ServiceProcess, t0
         assert post(c, [ev(t, t0 + 6, "P", 0.5)]).json()["accepted"] == 1
 
 
+def test_counters_and_milliseconds_are_json_integers(service: ServiceProcess, t0: int) -> None:
+    """Issue 47: ``allowed_lateness_ms`` came back as ``5000.0`` and totals as ``"events": 4.0``."""
+
+    def ints(d: dict[str, Any], *keys: str) -> None:
+        for k in keys:
+            assert type(d[k]) is int, (k, d[k])
+
+    with service.client() as c:
+        t = make_type(c, lateness_ms=5_000)
+        ints(c.get(f"/event-types/{t}").json(), "allowed_lateness_ms")
+        plain = unique("Plain")
+        assert c.post("/event-types", json={"name": plain, "attributes": {"x": "int"}}).status_code == 201
+        assert c.get(f"/event-types/{plain}").json()["allowed_lateness_ms"] == 0  # the documented default
+        spec = c.get("/openapi.json").json()["components"]["schemas"]
+        assert spec["EventTypeCreate"]["properties"]["allowed_lateness_ms"]["default"] == 0
+        assert type(spec["EventTypeCreate"]["properties"]["allowed_lateness_ms"]["maximum"]) is int
+        qid = c.post("/queries", json={"text": drop_query(t)}).json()["id"]
+        post(c, [ev(t, t0 + i * 10_000, "S", 100.0 - i) for i in range(4)])  # the last one waits 5 s
+        q = c.get(f"/queries/{qid}").json()
+        ints(q, "window_ms")
+        ints(q["stats"], "events", "late", "matches", "keys")
+        ints(q["totals"], "events", "late", "matches")
+        assert q["totals"]["events"] == 3 and type(q["totals"]["cpu_s"]) is float
+        assert c.post(f"/queries/{qid}/pause").status_code == 200  # totals from the stored counters now
+        paused = c.get(f"/queries/{qid}").json()["totals"]
+        ints(paused, "events", "late", "matches")
+
+
 def test_alerts_page_with_cursor_and_filter_by_time(service: ServiceProcess, t0: int) -> None:
     with service.client() as c:
         t = make_type(c)
