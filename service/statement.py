@@ -46,6 +46,7 @@ from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
 from service.schemas.common import iso, ms
 from service.schemas.resources import (
     Delays,
+    Held,
     LiveArchivedStats,
     QueryOptions,
     QueryPublic,
@@ -272,9 +273,9 @@ def check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> None
 # the API shape
 
 
-def stats(lq: LiveQuery) -> QueryStats:
+def stats(lq: LiveQuery, watermark_us: int | None = None) -> QueryStats:
     """The REST shape of a running statement's live counters (delays in ms; a live-and-archived query's own
-    counters under ``live_archived``)."""
+    counters under ``live_archived``; what waits for its watermark ``watermark_us``, int us, under ``held``)."""
     s = lq.stats()
     m = s.get("live_matcher", s)  # a live-and-archived runner nests its live matcher's counters
     la = None
@@ -328,6 +329,7 @@ def stats(lq: LiveQuery) -> QueryStats:
         reloads=m.get("reloaded", 0),
         misses=m.get("misses", 0),
         cpu_s=s.get("cpu_s", 0.0),
+        held=None if (h := lq.held(watermark_us)) is None else Held(**h),
         live_archived=la,
         failed=s.get("failed"),
     )
@@ -359,7 +361,7 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         active_since=iso(row.active_since_us),
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
-        stats=None if lq is None else stats(lq),
+        stats=None if lq is None else stats(lq, runtime.query_watermark(lq)),
         plan_choice=row.plan_choice,
         warm=None if lq is None else lq.warm,
         totals=lq.totals() if lq is not None else counter_totals(row.counters or {}),

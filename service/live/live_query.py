@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from service.live.runtime import LiveRuntime
 
 
+def _opt_iso(us: int | None) -> str | None:
+    if us is None:
+        return None
+    from engine.events import END_OF_TIME
+    from service.schemas.common import iso
+
+    return None if us >= END_OF_TIME else iso(us)
+
+
 def counter_totals(counts: Mapping[str, float]) -> dict[str, int | float]:
     """Counters as the API answers them (``totals``), sorted by name: the CPU seconds (names ending ``_s``) as
     floats rounded to the microsecond, every other counter an int (what the JSON column of an older version
@@ -179,6 +188,22 @@ class LiveQuery:
         """(archive requests made, live instances waiting for the archive) from its :meth:`stats`; None when it
         reads no archive."""
         return self.run.archive_load(stats)
+
+    def held(self, watermark_us: int | None) -> dict[str, Any] | None:
+        """What of it waits for its watermark (``watermark_us``, int us; None: no event yet), as the API gives it
+        (:class:`~service.schemas.resources.Held`): events not matched yet, complete matches waiting for a trailing
+        negation's deadline, the earliest and latest event time among them and the watermark (ISO-8601). None: it
+        does not say (a FILTER rule, a live-and-archived query)."""
+        d = self.run.held()
+        if d is None:
+            return None
+        return {
+            "events": d["events"],
+            "matches": d["matches"],
+            "earliest": _opt_iso(d["earliest_us"]),
+            "latest": _opt_iso(d["latest_us"]),
+            "watermark": _opt_iso(watermark_us),
+        }
 
     def with_cut(self, d: dict[str, Any]) -> dict[str, Any]:
         """``d`` with ``replay_cut_ms`` when the replay limit cut its state."""

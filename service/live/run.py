@@ -120,6 +120,21 @@ class GraphRun:
         """None: it makes no archive requests."""
         return None
 
+    def held(self) -> dict[str, Any] | None:
+        """What waits for its watermark: :meth:`engine.matcher.Matcher.held` (a detector without it holds nothing
+        it can count) with the derived events in its node's inbox; None for a FILTER rule."""
+        if self.detector is None:
+            return None
+        held_of = getattr(self.detector, "held", None)
+        d: dict[str, Any] = (
+            held_of() if held_of is not None else {"events": 0, "matches": 0, "earliest_us": None, "latest_us": None}
+        )
+        inbox = self.node.inbox if self.node is not None else []
+        if inbox:
+            times = [x[0] for x in inbox] + [t for t in (d["earliest_us"], d["latest_us"]) if t is not None]
+            d = {**d, "events": d["events"] + len(inbox), "earliest_us": min(times), "latest_us": max(times)}
+        return d
+
 
 class WorkerRun:
     """A statement that reads the archive, run by a live-and-archived worker (its own thread, or its own
@@ -224,6 +239,11 @@ class WorkerRun:
     def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
         """(archive requests made, live instances waiting for the archive) from :meth:`stats` ``s``."""
         return s.get("archive_requests", 0), s.get("pending_instances", 0) + s.get("in_flight_instances", 0)
+
+    def held(self) -> dict[str, Any] | None:
+        """None: its worker's live instances wait for the archive, not counted here (its ``live_archived`` stats
+        say how many)."""
+        return None
 
 
 Run = GraphRun | WorkerRun

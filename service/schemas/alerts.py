@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.schemas.common import BodyId, WireTs, json_int_type
+from service.schemas.resources import QueryHeld
 
 RedeliverState = Literal["dead", "delivered", "pending"]
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@\\]+(?:[/?][^\x00-\x20\x7f#]*)?$"
@@ -56,6 +57,11 @@ class IngestResponse(BaseModel):
     )
     matches: int
     alerts: int
+    held: list[QueryHeld] = Field(
+        [],
+        description="The queries reading this request's event types that hold events or matches back until their "
+        "watermark passes (their type's allowed lateness, a trailing negation): how many, and which event times",
+    )
 
 
 INT64 = json_int_type(-(1 << 63), (1 << 63) - 1)

@@ -347,6 +347,28 @@ class LiveArchivedStats(BaseModel):
     close_to_commit_p99_ms: float = 0.0
 
 
+class Held(BaseModel):
+    """What of a query waits for its watermark: the newest events are held back by their type's allowed lateness
+    (``allowed_lateness_ms``) and matched, in (ts, id) order, once the watermark passes them; a match with a trailing
+    negation waits for its window to end. The watermark moves when a later event arrives (``allowed_lateness_ms``
+    after the held ones) or when the stream ends (``POST /event-types/{name}/end``); idleness does not move it."""
+
+    events: int = Field(description="Events taken but not matched yet (the matches they complete come later)")
+    matches: int = Field(description="Complete matches waiting for their trailing negation's deadline")
+    earliest: str | None = Field(description="The earliest event time among them, ISO-8601 (null: nothing held)")
+    latest: str | None = Field(description="The latest event time among them, ISO-8601 (null: nothing held)")
+    watermark: str | None = Field(
+        description="The query's watermark now, ISO-8601: what is at or before it is matched (null: no event yet, "
+        "or every stream it reads ended)"
+    )
+
+
+class QueryHeld(Held):
+    """:class:`Held` of one query (``POST /events`` answers those of the queries reading its events)."""
+
+    query: str = Field(description="The query's name")
+
+
 class QueryStats(BaseModel):
     """Live counters of an active query's matcher (since it last started)."""
 
@@ -362,6 +384,9 @@ class QueryStats(BaseModel):
     reloads: int = 0
     misses: int = 0
     cpu_s: float = Field(0.0, description="CPU seconds spent matching since the query started (its live side)")
+    held: Held | None = Field(
+        None, description="What waits for the watermark (null: a FILTER rule or a live-and-archived query)"
+    )
     live_archived: LiveArchivedStats | None = None
     failed: str | None = Field(
         None, description="why the query stopped matching: a plug-in it uses misbehaved (update the query to restart)"

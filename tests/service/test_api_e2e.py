@@ -17,6 +17,7 @@ import httpx
 from cli.service_process import ServiceProcess, unique, wait_until
 from cli.webhook_receiver import Receiver
 from service.schemas.alerts import WebhookAlert
+from service.schemas.common import iso
 
 
 def make_type(c: httpx.Client, *, lateness_ms: int = 0) -> str:
@@ -173,6 +174,25 @@ def test_counters_and_milliseconds_are_json_integers(service: ServiceProcess, t0
         assert c.post(f"/queries/{qid}/pause").status_code == 200  # totals from the stored counters now
         paused = c.get(f"/queries/{qid}").json()["totals"]
         ints(paused, "events", "late", "matches")
+
+
+def test_held_matches_are_visible_until_the_watermark_passes(service: ServiceProcess, t0: int) -> None:
+    """Issue 47: a drop under an allowed lateness gave no alert and nothing said why."""
+    with service.client() as c:
+        t = make_type(c, lateness_ms=5_000)
+        q = c.post("/queries", json={"text": drop_query(t)}).json()
+        r = post(c, [ev(t, t0, "AIG", 100.0), ev(t, t0 + 1_000, "AIG", 50.0)]).json()
+        assert (r["matches"], r["alerts"]) == (0, 0)
+        (held,) = r["held"]
+        assert (held["query"], held["events"], held["matches"]) == (q["name"], 2, 0), held
+        assert (held["earliest"], held["latest"]) == (iso(t0 * 1_000), iso((t0 + 1_000) * 1_000))
+        stats = c.get(f"/queries/{q['id']}").json()["stats"]
+        assert stats["held"] == {k: v for k, v in held.items() if k != "query"}
+        assert stats["held"]["watermark"] == iso((t0 + 1_000 - 5_000) * 1_000 - 1)  # newest - lateness - 1 us
+        r = post(c, [ev(t, t0 + 7_000, "IBM", 10.0)]).json()  # 6 s later: the watermark passes both
+        assert (r["matches"], r["alerts"]) == (1, 1) and r["held"][0]["events"] == 1, r
+        assert c.post(f"/event-types/{t}/end").status_code == 200
+        assert c.get(f"/queries/{q['id']}").json()["stats"]["held"]["events"] == 0
 
 
 def test_alerts_page_with_cursor_and_filter_by_time(service: ServiceProcess, t0: int) -> None:
