@@ -175,12 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 qname = {ids[i]: i for i in watched}
                 while time.time() < deadline:
                     got = [json.loads(x["body"]) for x in rx.ok()]
-                    have = {(d["query"]["id"], d["events"]["t"][0]) for d in got}
+                    have = {(d["query_id"], d["events"]["t"][0]) for d in got}
                     if expected <= have:
                         break
                     time.sleep(0.5)
                 got = [(json.loads(x["body"]), x["at"]) for x in rx.ok()]
-                pairs = [(d["query"]["id"], d["events"]["t"][0]) for d, _ in got]
+                pairs = [(d["query_id"], d["events"]["t"][0]) for d, _ in got]
                 lat = []
                 for d, at in got:
                     eid = d["events"]["t"][0]

@@ -171,7 +171,7 @@ def run(fault: str, repo: Path, n: int, outage_s: float, tmp: Path) -> dict[str,
         rx.stop()
     ok = rx.ok()
     per_key = Counter(r["headers"]["idempotency-key"] for r in ok)
-    alerts = {json.loads(r["body"])["alert_id"] for r in ok} if fault != "delete-recreate" else set(per_key)
+    alerts = {json.loads(r["body"])["id"] for r in ok} if fault != "delete-recreate" else set(per_key)
     first_2xx: dict[str, float] = {}
     for r in ok:
         first_2xx.setdefault(r["headers"]["idempotency-key"], r["at"])

@@ -28,7 +28,13 @@ def _load_json_map(path: Path, what: str) -> dict[str, float]:
 
 @app.command()
 def explain(
-    query: Annotated[Path, typer.Argument(help="LQL query file (a live-only pattern query).")],
+    query_file: Annotated[
+        Path | None,
+        typer.Argument(metavar="[QUERY]", help="LQL query file (a live-only pattern query); or give it with --query."),
+    ] = None,
+    query_opt: Annotated[
+        Path | None, typer.Option("--query", "-q", help="LQL query file, as lace match takes it.")
+    ] = None,
     events: Annotated[
         Path | None,
         typer.Option("--events", "-e", help="Event file: run the query over it and show measured counts."),
@@ -64,6 +70,11 @@ def explain(
     probability and cost (004's formula 10), and with --events the counts measured over that file. With
     --archive/--from/--to (EXPLAIN ... USING ARCHIVE) the candidate plans run over that archive slice, read on
     Spark, and the plan shown is the one with the least measured CPU time."""
+    if query_file is not None and query_opt is not None and query_file != query_opt:
+        fail("give the query file once: positionally or with --query")
+    query = query_opt or query_file
+    if query is None:
+        fail("a query file is needed: lace explain --query FILE (or lace explain FILE)")
     text = read_text(query)
     est = _load_json_map(estimates, "--estimates") if estimates is not None else None
     rate_map = _load_json_map(rates, "--rates") if rates is not None else None
@@ -198,7 +209,7 @@ def render(result: dict[str, Any]) -> str:
                 f"cost/input {_num(e['cost_per_input'], 2)}  cost {_num(e['cost'])}/s"
             )
             if e["input"] is not None:
-                head += f"  [in {_num(e['input'], 0)}, out {_num(e['output'], 0)}]"
+                head += f"  [est. over the events: in {_num(e['input'], 0)}, out {_num(e['output'], 0)}]"
             lines.append(head)
             m = n["measured"]
             if m is not None:
@@ -206,7 +217,8 @@ def render(result: dict[str, Any]) -> str:
                     f"      measured: in {m['input']}, out {m['output']}, pass {_num(m['pass_probability'], 4)}"
                 )
             for k, c in enumerate(n["conjuncts"], 1):
-                row = f"      {k}. {c['group']:<13} {c['text']}   cost {c['cost']}  p {_num(c['pass_estimate'], 4)}"
+                est = _num(c["pass_estimate"], 4)
+                row = f"      {k}. {c['group']:<13} {c['text']}   cost {c['cost']}  est. p {est}"
                 if c["measured_pass"] is not None:
                     row += f"  measured {_num(c['measured_pass'], 4)} of {c['evaluations']}"
                 lines.append(row)

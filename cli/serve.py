@@ -23,6 +23,7 @@ def serve(
     from service.app import create_app
 
     settings = _settings()
+    typer.echo(f"lace serve: database {database_label(settings.sqlalchemy_url)}", err=True)
     if migrate:
         _upgrade(settings.sqlalchemy_url)
     uvicorn.run(
@@ -64,6 +65,23 @@ def _settings() -> Any:
         fail(f"bad settings: {problems}")
 
 
+def database_label(url: str) -> str:
+    """The database of SQLAlchemy ``url`` as a user can find it: a SQLite file's absolute path, otherwise the URL
+    without its password (``lace keys create`` and ``lace serve`` must name the same one).
+
+    >>> database_label("postgresql+psycopg://u:pw@db:5432/lace")
+    'postgresql+psycopg://u:***@db:5432/lace'
+    """
+    from pathlib import Path
+
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite" and u.database and u.database != ":memory:":
+        return f"sqlite file {Path(u.database).resolve()}"
+    return u.render_as_string(hide_password=True)
+
+
 def _upgrade(url: str) -> None:
     from service.db.migrate import upgrade
 
@@ -88,7 +106,8 @@ def keys_create(
     scope: Annotated[list[Scope], typer.Option("--scope", "-s", help="admin, ingest or read; repeat for several.")],
     name: Annotated[str, typer.Option(help="A label for the key.")] = "cli",
 ) -> None:
-    """Create an API key and print it once (only its SHA-256 is stored)."""
+    """Create an API key and print it once (only its SHA-256 is stored); the database it was written to goes to
+    stderr (a service reading another database answers the key 401)."""
     from service.api_key import create_key
     from service.db.session import make_engine, make_session_factory
 
@@ -101,6 +120,7 @@ def keys_create(
     finally:
         engine.dispose()
     typer.echo(token)
+    typer.echo(f"key {name!r} written to the database {database_label(settings.sqlalchemy_url)}", err=True)
 
 
 @keys_app.command("list")

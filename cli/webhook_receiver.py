@@ -38,21 +38,22 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def verify_signature(secret: str, body: bytes, header: str, *, now_s: float | None = None) -> bool:
-    """The documented check: ``header`` is ``t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>``.
+    """The documented check: ``header`` is ``t=<unix s>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>``, with a
+    second ``v1`` (the previous secret's) during a rotation's grace period: any ``v1`` may match.
 
-    Returns False for a malformed header, a wrong MAC or a ``t`` more than
+    Returns False for a malformed header, no matching MAC or a ``t`` more than
     :data:`SIGNATURE_TOLERANCE_S` from ``now_s`` (default: the clock).
     """
     try:
-        parts = dict(p.split("=", 1) for p in header.split(","))
-        t = parts["t"]
+        parts = [p.split("=", 1) for p in header.split(",")]
+        t = next(v for k, v in parts if k == "t")
         sent_s = int(t)
-        expected = parts["v1"]
-    except (KeyError, ValueError):
+    except (StopIteration, ValueError):
         return False
     mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
     now = time.time() if now_s is None else now_s
-    return hmac.compare_digest(mac, expected) and abs(now - sent_s) <= SIGNATURE_TOLERANCE_S
+    fresh = abs(now - sent_s) <= SIGNATURE_TOLERANCE_S
+    return fresh and any(k == "v1" and hmac.compare_digest(mac, v) for k, v in parts)
 
 
 class Receiver:

@@ -312,6 +312,29 @@ class Matcher:
         times = [h[0][0] for h in (self.buffer, self.pending) if h]
         return min(times) if times else None
 
+    def held(self) -> dict[str, int | None]:
+        """What waits for the watermark (:meth:`advance`) to come out.
+
+        Returns
+        -------
+        dict
+            ``events``: events taken but not matched yet (buffered for the allowed lateness; the matches they
+            complete come when the watermark passes their ts); ``matches``: complete matches waiting for their
+            trailing negation's deadline; ``earliest_us`` and ``latest_us``: the smallest and largest event
+            time (ts_end, int us) among those events and those matches' last events (None: nothing held).
+        """
+        times = [p.last.ts_end for _, _, p in self.pending if not p.killed]
+        matches = len(times)
+        if self.buffer:
+            # the newest event seen is still buffered while any is (the buffer releases in ts order)
+            times += [self.buffer[0][0], max(self.buffer[0][0], self.max_seen or self.buffer[0][0])]
+        return {
+            "events": len(self.buffer),
+            "matches": matches,
+            "earliest_us": min(times, default=None),
+            "latest_us": max(times, default=None),
+        }
+
     def stats(self) -> dict[str, int]:
         """Counters (see :class:`engine.nfa.counters.Counters`) plus ``keys`` and ``live_partial_matches``."""
         d = self.counters.as_dict()

@@ -177,6 +177,30 @@ async def _checkpoints(runtime: LiveRuntime, every_s: float, gc_policy: GcPolicy
             log.exception("the periodic watermark advance or restart checkpoint failed")
 
 
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+
+
+def integer_bounds(node: Any) -> Any:
+    """``node`` (an OpenAPI document, or part of it) with the bounds of its integer schemas as integers, in place:
+    FastAPI's OpenAPI models hold every bound as a float (``"maximum": 2592000000.0`` for ``le=2592000000``).
+
+    >>> integer_bounds({"type": "integer", "minimum": 0.0, "items": [{"type": "number", "maximum": 1.0}]})
+    {'type': 'integer', 'minimum': 0, 'items': [{'type': 'number', 'maximum': 1.0}]}
+    """
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for k in _BOUNDS:
+                v = node.get(k)
+                if isinstance(v, float) and v.is_integer():
+                    node[k] = int(v)
+        for v in node.values():
+            integer_bounds(v)
+    elif isinstance(node, list):
+        for v in node:
+            integer_bounds(v)
+    return node
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The LACE REST service (OpenAPI at ``/openapi.json``; Swagger UI at ``/docs`` and ReDoc at ``/redoc``,
     their assets served by the service itself)."""
@@ -245,4 +269,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     for router in ROUTERS:
         app.include_router(router)
+    app.webhooks.include_router(webhooks.outgoing)  # documented under the OpenAPI `webhooks` (what is sent)
+    make_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = integer_bounds(make_openapi())
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app

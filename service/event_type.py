@@ -65,9 +65,9 @@ def public(row: EventTypeRow) -> EventTypePublic:
         attributes=dict(row.attributes),
         partition_key=row.partition_key,
         defaults=dict(row.defaults or {}),
-        allowed_lateness_ms=row.allowed_lateness_us / 1_000,
+        allowed_lateness_ms=row.allowed_lateness_us // 1_000,  # given in whole ms
         interval=bool(row.interval),
-        max_duration_ms=None if row.max_duration_us is None else row.max_duration_us / 1_000,
+        max_duration_ms=None if row.max_duration_us is None else row.max_duration_us // 1_000,
         derived=bool(row.derived),
         ended_at=None if row.ended_at_us is None else iso(row.ended_at_us),
         end_ts=None if row.end_ts_us is None else iso(row.end_ts_us),

@@ -41,10 +41,12 @@ from service.core.errors import ApiError, get_or_404
 from service.db.models import EventTypeRow, QueryRow
 from service.db.session import now_us
 from service.event_type import checked_event_type, event_type
+from service.live.live_query import counter_totals
 from service.live.runtime import LiveQuery, LiveRuntime, RunOptions
-from service.schemas.common import iso
+from service.schemas.common import iso, ms
 from service.schemas.resources import (
     Delays,
+    Held,
     LiveArchivedStats,
     QueryOptions,
     QueryPublic,
@@ -271,9 +273,9 @@ def check_warm(state: str, compiled: AnyStatement, runtime: LiveRuntime) -> None
 # the API shape
 
 
-def stats(lq: LiveQuery) -> QueryStats:
+def stats(lq: LiveQuery, watermark_us: int | None = None) -> QueryStats:
     """The REST shape of a running statement's live counters (delays in ms; a live-and-archived query's own
-    counters under ``live_archived``)."""
+    counters under ``live_archived``; what waits for its watermark ``watermark_us``, int us, under ``held``)."""
     s = lq.stats()
     m = s.get("live_matcher", s)  # a live-and-archived runner nests its live matcher's counters
     la = None
@@ -284,7 +286,7 @@ def stats(lq: LiveQuery) -> QueryStats:
         oldest = s.get("oldest_pending") or {}
         la = LiveArchivedStats(
             algorithm=s["algorithm"],
-            tolerance_ms=(lq.options.tolerance_us or 0) / 1_000,
+            tolerance_ms=ms(lq.options.tolerance_us or 0),
             live_instances=s["live_instances"],
             results=s["results"],
             archive_requests=s["archive_requests"],
@@ -327,6 +329,7 @@ def stats(lq: LiveQuery) -> QueryStats:
         reloads=m.get("reloaded", 0),
         misses=m.get("misses", 0),
         cpu_s=s.get("cpu_s", 0.0),
+        held=None if (h := lq.held(watermark_us)) is None else Held(**h),
         live_archived=la,
         failed=s.get("failed"),
     )
@@ -349,19 +352,19 @@ def public(row: QueryRow, runtime: LiveRuntime) -> QueryPublic:
         kind=row.kind,  # type: ignore[arg-type]
         types=list(row.types),
         emits=row.emits,
-        window_ms=None if row.window_us is None else row.window_us / 1_000,
+        window_ms=None if row.window_us is None else ms(row.window_us),
         algorithm=opts.algorithm if live_archived else None,
-        tolerance_ms=(opts.tolerance_us or 0) / 1_000 if live_archived else None,
+        tolerance_ms=ms(opts.tolerance_us or 0) if live_archived else None,
         pm_capacity=opts.pm_capacity,
         pm_policy=opts.pm_policy,
         version=row.version,
         active_since=iso(row.active_since_us),
         created_at=iso(row.created_at_us),
         updated_at=iso(row.updated_at_us),
-        stats=None if lq is None else stats(lq),
+        stats=None if lq is None else stats(lq, runtime.query_watermark(lq)),
         plan_choice=row.plan_choice,
         warm=None if lq is None else lq.warm,
-        totals=lq.totals() if lq is not None else dict(row.counters or {}),
+        totals=lq.totals() if lq is not None else counter_totals(row.counters or {}),
     )
 
 

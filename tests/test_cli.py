@@ -257,6 +257,9 @@ def test_explain_prints_nodes_conjuncts_and_measured_counts(write_file):
     assert "plan 0: a -> b" in out
     assert "node 1 b (B)" in out and "entry_edge    b.sym = a.sym" in out
     assert "measured: in 3, out 2" in out  # (a1, b1), (a1, b2), (a2, b2): two with equal sym
+    assert "[est. over the events: in " in out and "est. p " in out  # the model's estimates say so (issue 47)
+    assert invoke("explain", "--query", str(q), "--events", str(e)).output == out  # --query as lace match takes it
+    assert invoke("explain", "--events", str(e)).exit_code != 0
     assert "measured matches: 2" in out
     doc = json.loads(invoke("explain", str(q), "--events", str(e), "--json").output)
     assert doc["plans"][0]["nodes"][1]["measured"] == {"input": 3, "output": 2, "pass_probability": 2 / 3}

@@ -4,6 +4,7 @@ A test checks that the committed file matches the schema, so the reference canno
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,22 +30,16 @@ without internet access ([screenshot, taken offline by headless Chromium](img/sw
   on `body` with `line` and `column`, on every route.
   Request bodies take no unknown keys and convert nothing (`"5"` and `true` are not integers). A value
   from the request is echoed in an error cut to its first 40 characters and its length.
-- **Webhooks**: one `POST` per alert with `Content-Type: application/json`, `Idempotency-Key`
+- **Webhooks**: one `POST` per alert; its JSON body is `WebhookAlert` (the fields of the alert's item in
+  `GET /alerts`, its query's name, and the deprecated `alert_id` and `query` of earlier versions), documented
+  with its headers under *Webhook requests* below (the OpenAPI document's `webhooks`). It comes with
+  `Content-Type: application/json`, `Idempotency-Key`
   (`lace-<UUIDv7>`, made with the delivery: the same on every retry and redelivery of it, never
   reused), `X-Lace-Delivery`, `X-Lace-Attempt` and `X-Lace-Signature: t=<unix seconds>,v1=<hex>`,
   where `hex` is HMAC-SHA256(secret, `"<t>." + body`). After `POST /webhooks/{id}/rotate-secret`
   the header carries a second `v1` (the old secret's) during the grace period: accept the request if
-  any `v1` matches. Verify it and reject a `t` older than a few minutes:
-
-  ```python
-  import hashlib, hmac, time
-  def verify(secret: str, body: bytes, header: str, tolerance_s: int = 300) -> bool:
-      parts = [p.split("=", 1) for p in header.split(",")]
-      t = next(v for k, v in parts if k == "t")
-      mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
-      fresh = abs(time.time() - int(t)) <= tolerance_s
-      return fresh and any(k == "v1" and hmac.compare_digest(mac, v) for k, v in parts)
-  ```
+  any `v1` matches. Verify it and reject a `t` older than a few minutes (the code is under *Webhook
+  requests*).
 
   A 2xx answer delivers; anything else, or no answer within the timeout, is retried with exponential
   back-off and jitter (the default schedule spans more than 24 hours). No answer, 5xx, 408 or 429
@@ -76,29 +71,43 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def _operation(out: list[str], title: str, op: dict[str, Any], key: str) -> None:
+    """One operation (a route, or a request the service sends): summary, parameters, body, answers."""
+    out.append(f"### `{title}`\n\n{op.get('summary', '')}. {key}\n")
+    params = op.get("parameters", [])
+    if params:
+        out.append("| parameter | in | type | required | description |\n| --- | --- | --- | --- | --- |")
+        for p in params:
+            desc = _cell(p.get("description", "") or p.get("schema", {}).get("description", ""))
+            kind, required = _type(p.get("schema", {})), p.get("required", False)
+            out.append(f"| `{p['name']}` | {p['in']} | {kind} | {required} | {desc} |")
+        out.append("")
+    body = op.get("requestBody", {}).get("content", {})
+    if body:
+        kinds = ", ".join(f"`{ct}`: {_type(c.get('schema', {}))}" for ct, c in body.items())
+        out.append(f"Body: {kinds}\n")
+    codes = ", ".join(f"{code} {_cell(r.get('description', ''))}" for code, r in op.get("responses", {}).items())
+    out.append(f"Answers: {codes}\n")
+
+
 def render(spec: dict[str, Any], scopes: dict[tuple[str, str], str]) -> str:
+    """``docs/rest.md`` from the OpenAPI document ``spec``: the routes (with the key scope each needs, from
+    ``scopes``: (method, path) -> scope), the requests the service sends (the OpenAPI ``webhooks``), the schemas
+    with their examples."""
     out = [INTRO, "## Routes\n"]
     for path, ops in spec["paths"].items():
         for method, op in ops.items():
             scope = scopes.get((method.upper(), path))
             key = f"Key scope: `{scope}`." if scope else "No key needed."
-            out.append(f"### `{method.upper()} {path}`\n\n{op.get('summary', '')}. {key}\n")
-            params = op.get("parameters", [])
-            if params:
-                out.append("| parameter | in | type | required | description |\n| --- | --- | --- | --- | --- |")
-                for p in params:
-                    desc = _cell(p.get("description", "") or p.get("schema", {}).get("description", ""))
-                    kind, required = _type(p.get("schema", {})), p.get("required", False)
-                    out.append(f"| `{p['name']}` | {p['in']} | {kind} | {required} | {desc} |")
-                out.append("")
-            body = op.get("requestBody", {}).get("content", {})
-            if body:
-                kinds = ", ".join(f"`{ct}`: {_type(c.get('schema', {}))}" for ct, c in body.items())
-                out.append(f"Body: {kinds}\n")
-            codes = ", ".join(
-                f"{code} {_cell(r.get('description', ''))}" for code, r in op.get("responses", {}).items()
-            )
-            out.append(f"Answers: {codes}\n")
+            _operation(out, f"{method.upper()} {path}", op, key)
+    if spec.get("webhooks"):
+        out.append("## Webhook requests (sent by the service)\n")
+        out.append("In the OpenAPI document under `webhooks`: what each webhook URL receives.\n")
+        for name, ops in spec["webhooks"].items():
+            for method, op in ops.items():
+                _operation(out, f"{method.upper()} <webhook URL> ({name})", op, "Sent by the service.")
+                if op.get("description"):
+                    out.append(op["description"].strip() + "\n")
     out.append("## Schemas\n")
     for name, schema in spec.get("components", {}).get("schemas", {}).items():
         out.append(f"### {name}\n")
@@ -109,8 +118,13 @@ def render(spec: dict[str, Any], scopes: dict[tuple[str, str], str]) -> str:
             required = set(schema.get("required", []))
             out.append("| field | type | required | description |\n| --- | --- | --- | --- |")
             for field, fs in props.items():
-                out.append(f"| `{field}` | {_type(fs)} | {field in required} | {_cell(fs.get('description', ''))} |")
+                desc = fs.get("description", "")
+                if "default" in fs:
+                    desc = f"{desc} (default `{json.dumps(fs['default'])}`)".strip()
+                out.append(f"| `{field}` | {_type(fs)} | {field in required} | {_cell(desc)} |")
             out.append("")
+        for example in schema.get("examples", [])[:1]:
+            out.append(f"Example:\n\n```json\n{json.dumps(example, indent=2)}\n```\n")
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -67,6 +67,9 @@ class IngestResult:
     conflicts: int = 0
     matches: int = 0
     alerts: int = 0
+    held: list[dict[str, Any]] = field(default_factory=list)
+    """``{"query", "events", "matches", "earliest", "latest", "watermark"}``: the queries reading the request's
+    types that hold something back until their watermark passes (:meth:`LiveQuery.held`)."""
 
 
 class Ingest:
@@ -218,7 +221,20 @@ class Ingest:
             self._count_in(accepted)
             res.matches = len(found)
             res.alerts = rt.results.save(found)
+            res.held = self.held({e.type for e in accepted})
         return res
+
+    def held(self, types: set[str]) -> list[dict[str, Any]]:
+        """What the queries reading ``types`` hold back until their watermark passes (those holding something)."""
+        rt = self.rt
+        out = []
+        for lq in rt.queries.values():
+            if types.isdisjoint(lq.compiled.stream_types):
+                continue
+            h = lq.held(rt.query_watermark(lq))
+            if h is not None and (h["events"] or h["matches"]):
+                out.append({"query": lq.name, **h})
+        return out
 
     def push(self, events: list[Event], index: list[int] | None, res: IngestResult | None) -> list[Found]:
         """Match accepted ``events`` (archived already): the rule graph, the live-and-archived workers, then the

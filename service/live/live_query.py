@@ -3,6 +3,7 @@ checkpointed position in the ingest order (docs/architecture.md sections 4 and 6
 ``service.db.models.QueryRow``, its API shape is made by the query routes)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,26 @@ from service.live.run import Run
 
 if TYPE_CHECKING:
     from service.live.runtime import LiveRuntime
+
+
+def _opt_iso(us: int | None) -> str | None:
+    if us is None:
+        return None
+    from engine.events import END_OF_TIME
+    from service.schemas.common import iso
+
+    return None if us >= END_OF_TIME else iso(us)
+
+
+def counter_totals(counts: Mapping[str, float]) -> dict[str, int | float]:
+    """Counters as the API answers them (``totals``), sorted by name: the CPU seconds (names ending ``_s``) as
+    floats rounded to the microsecond, every other counter an int (what the JSON column of an older version
+    stored as ``4.0`` too).
+
+    >>> counter_totals({"events": 4.0, "cpu_s": 0.0123456789, "matches": 1})
+    {'cpu_s': 0.012346, 'events': 4, 'matches': 1}
+    """
+    return {k: round(float(v), 6) if k.endswith("_s") else int(round(v)) for k, v in sorted(counts.items())}
 
 
 @dataclass(slots=True)
@@ -145,11 +166,11 @@ class LiveQuery:
         """The counters that add up across restarts, since this start."""
         return self.run.counts(self.stats())
 
-    def totals(self) -> dict[str, float]:
+    def totals(self) -> dict[str, int | float]:
         """Counters since the query was created or last updated, kept across restarts (see ``offset``)."""
         now = self.counts()
         keys = set(now) | set(self.base)
-        return {k: round(self.base.get(k, 0.0) + now.get(k, 0.0) - self.offset.get(k, 0.0), 6) for k in sorted(keys)}
+        return counter_totals({k: self.base.get(k, 0) + now.get(k, 0) - self.offset.get(k, 0) for k in keys})
 
     def mark_replayed(self) -> None:
         """The restart replay is done: what it counted is not counted again (for a worker, once it has matched
@@ -167,6 +188,22 @@ class LiveQuery:
         """(archive requests made, live instances waiting for the archive) from its :meth:`stats`; None when it
         reads no archive."""
         return self.run.archive_load(stats)
+
+    def held(self, watermark_us: int | None) -> dict[str, Any] | None:
+        """What of it waits for its watermark (``watermark_us``, int us; None: no event yet), as the API gives it
+        (:class:`~service.schemas.resources.Held`): events not matched yet, complete matches waiting for a trailing
+        negation's deadline, the earliest and latest event time among them and the watermark (ISO-8601). None: it
+        does not say (a FILTER rule, a live-and-archived query)."""
+        d = self.run.held()
+        if d is None:
+            return None
+        return {
+            "events": d["events"],
+            "matches": d["matches"],
+            "earliest": _opt_iso(d["earliest_us"]),
+            "latest": _opt_iso(d["latest_us"]),
+            "watermark": _opt_iso(watermark_us),
+        }
 
     def with_cut(self, d: dict[str, Any]) -> dict[str, Any]:
         """``d`` with ``replay_cut_ms`` when the replay limit cut its state."""

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from service.live.runtime import LiveRuntime
 
 
-def _base_counts(s: dict[str, Any]) -> tuple[float, float, float]:
+def _base_counts(s: dict[str, Any]) -> tuple[int, int, float]:
     m = s.get("live_matcher", s)  # a live-and-archived runner nests its live matcher's counters
-    return float(m.get("events", 0)), float(m.get("late", 0)), float(s.get("cpu_s", 0.0))
+    return int(m.get("events", 0)), int(m.get("late", 0)), float(s.get("cpu_s", 0.0))
 
 
 class GraphRun:
@@ -114,11 +114,26 @@ class GraphRun:
         """The counters of :meth:`stats` ``s`` that add up across restarts (matches: what it emitted)."""
         events, late, cpu = _base_counts(s)
         m = s.get("live_matcher", s)
-        return {"events": events, "late": late, "matches": float(m.get("emitted", 0)), "cpu_s": cpu}
+        return {"events": events, "late": late, "matches": int(m.get("emitted", 0)), "cpu_s": cpu}
 
     def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
         """None: it makes no archive requests."""
         return None
+
+    def held(self) -> dict[str, Any] | None:
+        """What waits for its watermark: :meth:`engine.matcher.Matcher.held` (a detector without it holds nothing
+        it can count) with the derived events in its node's inbox; None for a FILTER rule."""
+        if self.detector is None:
+            return None
+        held_of = getattr(self.detector, "held", None)
+        d: dict[str, Any] = (
+            held_of() if held_of is not None else {"events": 0, "matches": 0, "earliest_us": None, "latest_us": None}
+        )
+        inbox = self.node.inbox if self.node is not None else []
+        if inbox:
+            times = [x[0] for x in inbox] + [t for t in (d["earliest_us"], d["latest_us"]) if t is not None]
+            d = {**d, "events": d["events"] + len(inbox), "earliest_us": min(times), "latest_us": max(times)}
+        return d
 
 
 class WorkerRun:
@@ -215,15 +230,20 @@ class WorkerRun:
         return {
             "events": events,
             "late": late,
-            "matches": float(s["results"]),
+            "matches": int(s["results"]),
             "cpu_s": cpu,
-            "live_instances": float(s.get("live_instances", 0)),
-            "archive_requests": float(s.get("archive_requests", 0)),
+            "live_instances": int(s.get("live_instances", 0)),
+            "archive_requests": int(s.get("archive_requests", 0)),
         }
 
     def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
         """(archive requests made, live instances waiting for the archive) from :meth:`stats` ``s``."""
         return s.get("archive_requests", 0), s.get("pending_instances", 0) + s.get("in_flight_instances", 0)
+
+    def held(self) -> dict[str, Any] | None:
+        """None: its worker's live instances wait for the archive, not counted here (its ``live_archived`` stats
+        say how many)."""
+        return None
 
 
 Run = GraphRun | WorkerRun

@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from service.schemas.common import BodyId, WireTs, json_int_type
+from service.schemas.resources import QueryHeld
 
 RedeliverState = Literal["dead", "delivered", "pending"]
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://[^\x00-\x20\x7f/?#@\\]+(?:[/?][^\x00-\x20\x7f#]*)?$"
@@ -56,6 +57,11 @@ class IngestResponse(BaseModel):
     )
     matches: int
     alerts: int
+    held: list[QueryHeld] = Field(
+        [],
+        description="The queries reading this request's event types that hold events or matches back until their "
+        "watermark passes (their type's allowed lateness, a trailing negation): how many, and which event times",
+    )
 
 
 INT64 = json_int_type(-(1 << 63), (1 << 63) - 1)
@@ -86,6 +92,8 @@ class ResultsImported(BaseModel):
 
 
 class AlertPublic(BaseModel):
+    """An alert: a match of a query (``GET /alerts``); a webhook delivery sends the same fields (``WebhookAlert``)."""
+
     id: int
     query_id: int
     query_version: int | None = Field(None, description="the version of the query that found it (PUT makes a new one)")
@@ -94,6 +102,46 @@ class AlertPublic(BaseModel):
     end: str
     fields: dict[str, Any] = Field(description="RETURN fields (timestamps as int microseconds)")
     detected_at: str
+
+
+class AlertQueryRef(BaseModel):
+    """Deprecated (issue 47): the query of a webhook alert as it was sent before; use ``query_id``,
+    ``query_name`` and ``query_version``."""
+
+    id: int
+    name: str
+    version: int | None
+
+
+WEBHOOK_ALERT_EXAMPLE: dict[str, Any] = {
+    "id": 17,
+    "query_id": 3,
+    "query_version": 1,
+    "events": {"a": [101], "b": [102]},
+    "start": "2024-01-10T05:00:00.000000+00:00",
+    "end": "2024-01-10T05:01:00.000000+00:00",
+    "fields": {"symbol": "AIG", "low": 50.0},
+    "detected_at": "2024-01-10T05:01:00.012345+00:00",
+    "query_name": "drop",
+    "alert_id": 17,
+    "query": {"id": 3, "name": "drop", "version": 1},
+}
+
+
+class WebhookAlert(AlertPublic):
+    """The JSON body of a webhook delivery: one alert, with the fields (same names, same values) of its item in
+    ``GET /alerts``, and its query's name. Every attempt of a delivery sends the same body. ``alert_id`` and
+    ``query`` are the names sent before issue 47, kept for receivers that read them: deprecated, to be removed in
+    a later version (read ``id``, ``query_id``, ``query_name`` and ``query_version``)."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [WEBHOOK_ALERT_EXAMPLE]})
+
+    query_name: str = Field(description="The query's name (`GET /queries/{query_id}`)")
+    alert_id: int = Field(deprecated=True, description="Deprecated: the same as `id`")
+    query: AlertQueryRef = Field(
+        deprecated=True, description="Deprecated: `{id, name, version}`, the same as `query_id`, `query_name` and "
+        "`query_version`"
+    )
 
 
 class AlertPage(BaseModel):

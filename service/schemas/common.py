@@ -79,6 +79,16 @@ def iso(us: int) -> str:
     return (_EPOCH + timedelta(microseconds=us)).isoformat(timespec="microseconds")
 
 
+def ms(us: int) -> int | float:
+    """int microseconds -> milliseconds for an answer: an int when whole (every duration given in ms, or in a
+    larger unit), a float otherwise (an LQL duration in ``us``).
+
+    >>> ms(5_000_000), ms(1_500)
+    (5000, 1.5)
+    """
+    return us // 1_000 if us % 1_000 == 0 else us / 1_000
+
+
 def parse_wire_ts(value: str | int, *, from_query: bool = False) -> int:
     """A timestamp of a request (:data:`WIRE_TS_SCHEMA`) -> int microseconds UTC.
 

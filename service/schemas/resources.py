@@ -69,7 +69,11 @@ class EventTypeCreate(_In):
     name: Name
     attributes: Attributes = {}
     partition_key: Name | None = Field(None, description="One of the attributes")
-    allowed_lateness_ms: Lateness = 0  # type: ignore[valid-type]
+    allowed_lateness_ms: Lateness = Field(  # type: ignore[valid-type]
+        0,
+        description="How far behind the type's newest event an event may still arrive, ms: each query holds the "
+        "newest events (and the matches they complete) back this long, until its watermark passes them",
+    )
     defaults: Annotated[dict[Name, AttrValue], Field(max_length=512)] = Field(
         {},
         description="Optional attributes and the value an event without one (or with null) gets; null: it stays "
@@ -134,9 +138,10 @@ class EventTypePublic(BaseModel):
     attributes: dict[str, str]
     partition_key: str | None
     defaults: dict[str, Any] = Field({}, description="Optional attributes -> default (null: missing)")
-    allowed_lateness_ms: float
+    allowed_lateness_ms: int = Field(description="How far behind its newest event an event may arrive, ms (0 when "
+                                     "registered without it)")
     interval: bool = False
-    max_duration_ms: float | None = None
+    max_duration_ms: int | None = None
     derived: bool = Field(
         False,
         description="Made by EMIT INTO: its events come from statements only (POST /events refuses them, also "
@@ -297,7 +302,7 @@ class LiveArchivedStats(BaseModel):
     """What a live-and-archived query's algorithm has done since it last started (001 section 4)."""
 
     algorithm: str
-    tolerance_ms: float
+    tolerance_ms: int | float = Field(description="T_L, ms (a float only for a tolerance in us)")
     live_instances: int
     results: int
     archive_requests: int
@@ -342,6 +347,28 @@ class LiveArchivedStats(BaseModel):
     close_to_commit_p99_ms: float = 0.0
 
 
+class Held(BaseModel):
+    """What of a query waits for its watermark: the newest events are held back by their type's allowed lateness
+    (``allowed_lateness_ms``) and matched, in (ts, id) order, once the watermark passes them; a match with a trailing
+    negation waits for its window to end. The watermark moves when a later event arrives (``allowed_lateness_ms``
+    after the held ones) or when the stream ends (``POST /event-types/{name}/end``); idleness does not move it."""
+
+    events: int = Field(description="Events taken but not matched yet (the matches they complete come later)")
+    matches: int = Field(description="Complete matches waiting for their trailing negation's deadline")
+    earliest: str | None = Field(description="The earliest event time among them, ISO-8601 (null: nothing held)")
+    latest: str | None = Field(description="The latest event time among them, ISO-8601 (null: nothing held)")
+    watermark: str | None = Field(
+        description="The query's watermark now, ISO-8601: what is at or before it is matched (null: no event yet, "
+        "or every stream it reads ended)"
+    )
+
+
+class QueryHeld(Held):
+    """:class:`Held` of one query (``POST /events`` answers those of the queries reading its events)."""
+
+    query: str = Field(description="The query's name")
+
+
 class QueryStats(BaseModel):
     """Live counters of an active query's matcher (since it last started)."""
 
@@ -357,6 +384,9 @@ class QueryStats(BaseModel):
     reloads: int = 0
     misses: int = 0
     cpu_s: float = Field(0.0, description="CPU seconds spent matching since the query started (its live side)")
+    held: Held | None = Field(
+        None, description="What waits for the watermark (null: a FILTER rule or a live-and-archived query)"
+    )
     live_archived: LiveArchivedStats | None = None
     failed: str | None = Field(
         None, description="why the query stopped matching: a plug-in it uses misbehaved (update the query to restart)"
@@ -374,9 +404,9 @@ class QueryPublic(BaseModel):
     )
     types: list[str] = Field(description="The event types it reads.")
     emits: str | None = Field(None, description="The derived event type of its EMIT INTO (None: it ends in alerts).")
-    window_ms: float | None
+    window_ms: int | float | None = Field(description="WITHIN, ms (a float only for a window in us); null: none")
     algorithm: str | None = None
-    tolerance_ms: float | None = None
+    tolerance_ms: int | float | None = None
     pm_capacity: int | None = None
     pm_policy: str | None = None
     version: int
@@ -396,9 +426,10 @@ class QueryPublic(BaseModel):
         "none). Null when this version started without warming, while it is paused, and after a service restart "
         "(the restart replay rebuilds its state).",
     )
-    totals: dict[str, float] = Field(
+    totals: dict[str, int | float] = Field(
         {},
-        description="Counters since the query was created or last updated (events, late, matches, cpu_s; "
+        description="Counters since the query was created or last updated (integers: events, late, matches; "
+        "cpu_s, float seconds; "
         "live_instances and archive_requests for live-and-archived queries), kept across pauses and restarts "
         "(recorded every LACE_LA_CHECKPOINT_S: a crash may lose the last second's counts, never count twice).",
     )

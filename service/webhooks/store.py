@@ -147,17 +147,23 @@ def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease
 
 
 def alert_payload(a: AlertRow, query_name: str) -> dict[str, Any]:
-    """The JSON body of a delivery (the same for every attempt)."""
+    """The JSON body of a delivery (the same for every attempt): :class:`~service.schemas.alerts.WebhookAlert`, the
+    fields of the alert's item in ``GET /alerts`` (:func:`service.alert.public`), its query's name, and the
+    deprecated names sent before issue 47 (``alert_id``, ``query``)."""
     from service.schemas.common import iso
 
     return {
-        "alert_id": a.id,
-        "query": {"id": a.query_id, "name": query_name, "version": a.query_version},
+        "id": a.id,
+        "query_id": a.query_id,
+        "query_version": a.query_version,
         "events": a.events,
         "start": iso(a.start_us),
         "end": iso(a.end_us),
         "fields": a.fields,
         "detected_at": iso(a.created_at_us),
+        "query_name": query_name,
+        "alert_id": a.id,
+        "query": {"id": a.query_id, "name": query_name, "version": a.query_version},
     }
 
 

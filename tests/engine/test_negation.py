@@ -177,3 +177,21 @@ def test_two_trailing_negations(storage):
 def test_negation_of_any_types(storage):
     q = "PATTERN SEQ(A a, !ANY(B, D) n, C c)"
     assert found(q, "a1 b2 c3 a4 d5 c6 a7 e8 c9", storage=storage) == expected("a=7 c=9")
+
+
+def test_held_counts_what_waits_for_the_watermark():
+    """Issue 47: buffered events (allowed lateness) and trailing-negation matches are counted with their times."""
+    from engine.compiler import compile_query
+    from engine.events import Event
+    from engine.matcher import Matcher
+
+    m = Matcher(compile_query("PATTERN SEQ(A a, A b, !B c) WHERE b.x < a.x WITHIN 1 min"))
+    assert m.held() == {"events": 0, "matches": 0, "earliest_us": None, "latest_us": None}
+    m.push(Event(1, "A", 0, {"x": 10}))
+    m.push(Event(2, "A", 1_000_000, {"x": 5}))
+    assert m.held() == {"events": 0, "matches": 1, "earliest_us": 1_000_000, "latest_us": 1_000_000}
+    assert len(m.advance(60_000_000)) == 1 and m.held()["matches"] == 0
+    late = Matcher(compile_query("PATTERN SEQ(A a, A b) WITHIN 1 min"), allowed_lateness_us=5_000_000)
+    for i, ts in enumerate((0, 10_000_000, 12_000_000)):
+        late.push(Event(i + 1, "A", ts, {"x": 1}))
+    assert late.held() == {"events": 2, "matches": 0, "earliest_us": 10_000_000, "latest_us": 12_000_000}

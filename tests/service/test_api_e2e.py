@@ -16,6 +16,8 @@ import httpx
 
 from cli.service_process import ServiceProcess, unique, wait_until
 from cli.webhook_receiver import Receiver
+from service.schemas.alerts import WebhookAlert
+from service.schemas.common import iso
 
 
 def make_type(c: httpx.Client, *, lateness_ms: int = 0) -> str:
@@ -84,13 +86,23 @@ def test_alert_reaches_the_receiver_signed(service: ServiceProcess, receiver: Re
         payload = json.loads(got[0]["body"])
         assert payload["events"] == {"a": [ids[0]], "b": [ids[2]]}
         assert payload["fields"] == {"symbol": "IBM", "low": 85.0}
-        assert payload["query"] == {"id": q["id"], "name": q["name"], "version": 1}
         assert payload["end"].endswith("+00:00")
         alerts = c.get("/alerts", params={"query_id": q["id"]}).json()["items"]
-        assert [a["id"] for a in alerts] == [payload["alert_id"]]
+        # the body is the documented WebhookAlert: GET /alerts's item, same names and values, and the query's name
+        WebhookAlert.model_validate(payload)
+        assert {k: payload[k] for k in alerts[0]} == alerts[0] and payload["query_name"] == q["name"]
+        assert payload["query_version"] == 1
+        # issue 47: the names sent before stay (deprecated in the schema) for receivers that read them
+        assert payload["alert_id"] == payload["id"]
+        assert payload["query"] == {"id": q["id"], "name": q["name"], "version": 1}
+        schema = c.get("/openapi.json").json()
+        assert schema["webhooks"]["alert"]["post"]["requestBody"]["content"]["application/json"]["schema"] == {
+            "$ref": "#/components/schemas/WebhookAlert"
+        }
+        assert set(schema["components"]["schemas"]["WebhookAlert"]["properties"]) == set(payload)
         key = got[0]["headers"]["idempotency-key"]
         assert key.startswith("lace-") and str(uuid.UUID(key.removeprefix("lace-"))) == key.removeprefix("lace-")
-        dl = wait_until(lambda: c.get("/deliveries", params={"alert_id": payload["alert_id"]}).json()["items"])
+        dl = wait_until(lambda: c.get("/deliveries", params={"alert_id": payload["id"]}).json()["items"])
         assert wait_until(lambda: c.get(f"/deliveries/{dl[0]['id']}").json()["status"] == "delivered")
         detail = c.get(f"/deliveries/{dl[0]['id']}").json()
         assert detail["idempotency_key"] == key and [a["outcome"] for a in detail["log"]] == ["delivered"]
@@ -134,6 +146,53 @@ def test_pause_resume_update_delete_take_effect_live(service: ServiceProcess, t0
         assert c.get(f"/queries/{qid}").status_code == 404
         assert c.get("/alerts", params={"query_id": qid}).json()["items"] == []
         assert post(c, [ev(t, t0 + 6, "P", 0.5)]).json()["accepted"] == 1
+
+
+def test_counters_and_milliseconds_are_json_integers(service: ServiceProcess, t0: int) -> None:
+    """Issue 47: ``allowed_lateness_ms`` came back as ``5000.0`` and totals as ``"events": 4.0``."""
+
+    def ints(d: dict[str, Any], *keys: str) -> None:
+        for k in keys:
+            assert type(d[k]) is int, (k, d[k])
+
+    with service.client() as c:
+        t = make_type(c, lateness_ms=5_000)
+        ints(c.get(f"/event-types/{t}").json(), "allowed_lateness_ms")
+        plain = unique("Plain")
+        assert c.post("/event-types", json={"name": plain, "attributes": {"x": "int"}}).status_code == 201
+        assert c.get(f"/event-types/{plain}").json()["allowed_lateness_ms"] == 0  # the documented default
+        spec = c.get("/openapi.json").json()["components"]["schemas"]
+        assert spec["EventTypeCreate"]["properties"]["allowed_lateness_ms"]["default"] == 0
+        assert type(spec["EventTypeCreate"]["properties"]["allowed_lateness_ms"]["maximum"]) is int
+        qid = c.post("/queries", json={"text": drop_query(t)}).json()["id"]
+        post(c, [ev(t, t0 + i * 10_000, "S", 100.0 - i) for i in range(4)])  # the last one waits 5 s
+        q = c.get(f"/queries/{qid}").json()
+        ints(q, "window_ms")
+        ints(q["stats"], "events", "late", "matches", "keys")
+        ints(q["totals"], "events", "late", "matches")
+        assert q["totals"]["events"] == 3 and type(q["totals"]["cpu_s"]) is float
+        assert c.post(f"/queries/{qid}/pause").status_code == 200  # totals from the stored counters now
+        paused = c.get(f"/queries/{qid}").json()["totals"]
+        ints(paused, "events", "late", "matches")
+
+
+def test_held_matches_are_visible_until_the_watermark_passes(service: ServiceProcess, t0: int) -> None:
+    """Issue 47: a drop under an allowed lateness gave no alert and nothing said why."""
+    with service.client() as c:
+        t = make_type(c, lateness_ms=5_000)
+        q = c.post("/queries", json={"text": drop_query(t)}).json()
+        r = post(c, [ev(t, t0, "AIG", 100.0), ev(t, t0 + 1_000, "AIG", 50.0)]).json()
+        assert (r["matches"], r["alerts"]) == (0, 0)
+        (held,) = r["held"]
+        assert (held["query"], held["events"], held["matches"]) == (q["name"], 2, 0), held
+        assert (held["earliest"], held["latest"]) == (iso(t0 * 1_000), iso((t0 + 1_000) * 1_000))
+        stats = c.get(f"/queries/{q['id']}").json()["stats"]
+        assert stats["held"] == {k: v for k, v in held.items() if k != "query"}
+        assert stats["held"]["watermark"] == iso((t0 + 1_000 - 5_000) * 1_000 - 1)  # newest - lateness - 1 us
+        r = post(c, [ev(t, t0 + 7_000, "IBM", 10.0)]).json()  # 6 s later: the watermark passes both
+        assert (r["matches"], r["alerts"]) == (1, 1) and r["held"][0]["events"] == 1, r
+        assert c.post(f"/event-types/{t}/end").status_code == 200
+        assert c.get(f"/queries/{q['id']}").json()["stats"]["held"]["events"] == 0
 
 
 def test_alerts_page_with_cursor_and_filter_by_time(service: ServiceProcess, t0: int) -> None:

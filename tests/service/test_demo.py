@@ -81,13 +81,17 @@ def test_overlapping_streams_are_refused():
 
 
 def test_the_receivers_check_is_the_documented_scheme():
-    body, t = b'{"alert_id": 1}', int(time.time())
+    body, t = b'{"id": 1}', int(time.time())
     mac = hmac.new(b"whsec_x", f"{t}.".encode() + body, hashlib.sha256).hexdigest()
     assert verify_signature("whsec_x", body, f"t={t},v1={mac}")
     assert not verify_signature("whsec_y", body, f"t={t},v1={mac}")
     assert not verify_signature("whsec_x", body + b" ", f"t={t},v1={mac}")
     assert not verify_signature("whsec_x", body, f"t={t},v1={mac}", now_s=t + 301)  # too old
     assert not verify_signature("whsec_x", body, "garbage")
+    # during a rotation's grace the header carries the new secret's v1, then the old one's: either verifies
+    old = hmac.new(b"whsec_old", f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    assert verify_signature("whsec_x", body, f"t={t},v1={mac},v1={old}")
+    assert verify_signature("whsec_old", body, f"t={t},v1={mac},v1={old}")
 
 
 # ---------------------------------------------------------------------------- the demo through the service

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cli.serve import database_label
 from cli.service_process import Database, ServiceProcess, make_service, unique
 
 
@@ -159,12 +160,16 @@ def test_lace_keys_list_and_revoke(fresh_db: Database, tmp_path: Path) -> None:
     extra = svc.cli("keys", "create", "--scope", "read", "--name", "temp")
     assert extra.returncode == 0, extra.stderr
     token = extra.stdout.strip().splitlines()[-1]
+    assert extra.stdout.strip() == token  # the token alone on stdout; the database it went to on stderr (issue 47)
+    where = database_label(fresh_db.url)
+    assert f"key 'temp' written to the database {where}" in extra.stderr, extra.stderr
     listed = svc.cli("keys", "list")
     assert listed.returncode == 0 and "temp" in listed.stdout
     key_id = next(
         line.split("\t")[0] for line in listed.stdout.splitlines() if line.endswith("\tactive") and "\ttemp\t" in line
     )
     svc.start()
+    assert f"lace serve: database {where}" in svc.log_path.read_text(), svc.log_tail()  # the same one
     try:
         with svc.client(token) as c:
             assert c.get("/queries").status_code == 200

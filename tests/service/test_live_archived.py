@@ -91,7 +91,7 @@ def by_query(receiver: Receiver, raw: bool = False) -> dict[str, list[dict[str, 
     out: dict[str, list[dict[str, Any]]] = {}
     for d in receiver.ok():
         body = json.loads(d["body"])
-        out.setdefault(body["query"]["name"], []).append(d if raw else body)
+        out.setdefault(body["query_name"], []).append(d if raw else body)
     return out
 
 

@@ -176,3 +176,22 @@ def test_an_idle_sllaa_closes_its_open_subwindow_and_only_that() -> None:
     assert [r.ids() for r in runner.idle()] == [{"p": [2], "q": [1]}]
     assert runner.waiting() == [] and runner.idle() == []
     assert runner.stats()["sllaa"]["closed_idle"] == 1
+
+
+def test_the_receiver_of_operations_md_verifies_what_the_service_signs() -> None:
+    """docs/operations.md *Your first alert*: its copy-paste receiver accepts the service's signatures (two `v1`
+    during a rotation) and refuses a wrong secret or a changed body."""
+    import re
+    import time
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("## Your first alert"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    ns: dict[str, Any] = {"__name__": "receiver"}
+    exec(code.group(1), ns)  # noqa: S102 (the documented receiver, as a user copies it)
+    body, now = b'{"id": 1}', int(time.time())
+    header = signature_header("whsec_new", body, timestamp_s=now, also=["whsec_old"])
+    assert ns["verify"]("whsec_new", body, header) and ns["verify"]("whsec_old", body, header)
+    assert not ns["verify"]("whsec_x", body, header) and not ns["verify"]("whsec_new", body + b" ", header)
+    assert not ns["verify"]("whsec_new", body, signature_header("whsec_new", body, timestamp_s=now - 3_600))

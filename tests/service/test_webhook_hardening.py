@@ -172,7 +172,7 @@ def test_outage_longer_than_the_schedule_dead_letters_nothing(hsvc: ServiceProce
         assert c.get(f"/webhooks/{wid}").json()["circuit"]["state"] == "closed"
         assert not deliveries(c, wid, status="dead")
     assert len(keys) == n and set(keys.values()) == {1}  # every alert once per key
-    assert len({json.loads(r["body"])["alert_id"] for r in recs}) == n
+    assert len({json.loads(r["body"])["id"] for r in recs}) == n
     assert all(verify_any(secret, r) for r in recs)
 
 
@@ -378,7 +378,7 @@ def test_sigkill_right_after_a_2xx(fresh_db: Database, tmp_path: Path, t0: int) 
     keys = per_key(rx)
     by_alert: dict[int, set[str]] = {}
     for r in rx.ok():
-        by_alert.setdefault(json.loads(r["body"])["alert_id"], set()).add(r["headers"]["idempotency-key"])
+        by_alert.setdefault(json.loads(r["body"])["id"], set()).add(r["headers"]["idempotency-key"])
     assert len(by_alert) == n and all(len(k) == 1 for k in by_alert.values())  # no alert under two keys
     assert set(keys) == {d["idempotency_key"] for d in ds}
     # with one request in flight, at most the one answered just before the kill comes again

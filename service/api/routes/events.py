@@ -20,6 +20,7 @@ from service.core.errors import ApiError, clip, malformed_json
 from service.live.events import BodyError, parse_body
 from service.schemas.alerts import EventIn, IngestResponse, QueryLate, Rejection
 from service.schemas.common import ERRORS
+from service.schemas.resources import QueryHeld
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["events"], responses=ERRORS)  # type: ignore[arg-type]
@@ -101,4 +102,5 @@ async def post_events(
         duplicates=res.duplicates,
         matches=res.matches,
         alerts=res.alerts,
+        held=[QueryHeld(**h) for h in res.held],
     )

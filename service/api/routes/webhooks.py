@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Header, Query, Request, Response
 
 from service.api.deps import AdminKey, ReadKey, SessionDep, SettingsDep
 from service.schemas.alerts import (
     Redelivery,
     RedeliveryResult,
     SecretRotation,
+    WebhookAlert,
     WebhookCreate,
     WebhookCreated,
     WebhookPublic,
@@ -81,3 +82,60 @@ def redeliver(id: Id, body: Redelivery, request: Request, session: SessionDep, _
 def delete_webhook(id: Id, session: SessionDep, _: AdminKey) -> Response:
     webhook.delete(session, id)
     return Response(status_code=204)
+
+
+# ---------------------------------------------------------------- what the service sends (OpenAPI `webhooks`)
+
+outgoing = APIRouter()
+"""The request every webhook receives (documentation only: FastAPI lists it under the OpenAPI 3.1 ``webhooks``)."""
+
+VERIFY = """Your endpoint receives one such `POST` per alert and webhook. Check `X-Lace-Signature` before
+trusting the body: `t=<unix seconds>,v1=<hex>[,v1=<hex>]`, where each `hex` is HMAC-SHA256(secret,
+`"<t>." + body`) over the raw body bytes, with the `secret` that `POST /webhooks` (or
+`POST /webhooks/{id}/rotate-secret`) answered. During a rotation's grace period there is a second `v1`
+(the old secret's): accept the request if any `v1` matches; refuse a `t` more than a few minutes from your clock.
+
+```python
+import hashlib, hmac, time
+def verify(secret: str, body: bytes, header: str, tolerance_s: int = 300) -> bool:
+    parts = [p.split("=", 1) for p in header.split(",")]
+    t = next(v for k, v in parts if k == "t")
+    mac = hmac.new(secret.encode(), t.encode() + b"." + body, hashlib.sha256).hexdigest()
+    fresh = abs(time.time() - int(t)) <= tolerance_s
+    return fresh and any(k == "v1" and hmac.compare_digest(mac, v) for k, v in parts)
+```
+
+Answer 2xx once the alert is yours; anything else, or no answer in time, is retried with the same body and
+`Idempotency-Key` (deduplicate on it: delivery is at least once)."""
+
+
+@outgoing.post(
+    "alert",
+    operation_id="alert",
+    summary="An alert, POSTed to each webhook of its query",
+    description=VERIFY,
+    responses={
+        200: {"description": "Any 2xx: delivered"},
+        "default": {"description": "Anything else (or no answer): retried with back-off, then dead-lettered"},
+    },
+)
+def alert_delivery(
+    body: WebhookAlert,
+    idempotency_key: Annotated[
+        str,
+        Header(alias="Idempotency-Key", description="`lace-<UUIDv7>`: the same on every retry and redelivery of "
+               "this delivery (one alert to one webhook), never reused"),
+    ],
+    x_lace_signature: Annotated[
+        str,
+        Header(alias="X-Lace-Signature", description="`t=<unix seconds>,v1=<hex HMAC-SHA256(secret, \"<t>.\" + "
+               "body)>`; a second `v1` during a secret rotation's grace period"),
+    ],
+    x_lace_delivery: Annotated[
+        int, Header(alias="X-Lace-Delivery", description="The delivery's id (`GET /deliveries/{id}`)")
+    ],
+    x_lace_attempt: Annotated[
+        int, Header(alias="X-Lace-Attempt", description="1 for the first attempt, then 2, 3, ...")
+    ],
+) -> None:
+    """Documentation only: the service sends this request, it does not serve it."""
