@@ -194,14 +194,26 @@ def event_file_options(events: Path, schema: Path | None, lateness: str) -> tupl
     ends the command with its error (:func:`cli.app.fail`)."""
     if not events.is_file():
         fail(f"{events}: no such file")
-    column_types = _load_schema(schema) if schema is not None else None
+    column_types = load_schema_option(schema) if schema is not None else None
     try:
         return column_types, parse_duration_us(lateness)
     except ValueError as e:
         fail(f"--lateness: {e}")
 
 
-def _load_schema(path: Path) -> dict[str, str]:
+def load_schema_option(path: Path) -> dict[str, str]:
+    """The column types of a ``--schema`` file (:func:`engine.event_files.load_schema`).
+
+    Parameters
+    ----------
+    path : Path
+        The JSON file, ``{"attribute": "string|int|float|bool|timestamp", ...}``.
+
+    Returns
+    -------
+    dict[str, str]
+        Attribute -> its type; a missing or bad file ends the command with its error (:func:`cli.app.fail`).
+    """
     from engine.event_files import load_schema
 
     try:
@@ -242,6 +254,8 @@ def _run_match(
     sink = None
     try:
         source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
+        for message in source.warnings():
+            warn(message)
         if sort:
             source.sort()
         gc.freeze()  # modules and the file's columns live to the end: keep them out of every collection

@@ -311,3 +311,19 @@ def test_the_process_entry_exits_with_the_commands_code_after_writing_its_output
     bad = subprocess.run([sys.executable, "-m", "cli.main", "nosuch"], cwd=repo_root, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "No such command 'nosuch'" in bad.stderr
+
+
+def test_match_warns_about_a_column_kept_a_string_by_one_value(write_file):
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nWHERE b.alt > 200\n")
+    events = write_file("ev.csv", "type,ts,alt\nA,1000,100\nA,2000,high\nB,3000,300\n")
+    result = invoke("match", "-q", str(query), "-e", str(events))
+    assert result.exit_code == 0 and result.stdout == ""  # a string column: the numeric WHERE matches nothing
+    assert result.stderr == (
+        f"warning: {events} line 3, column 3 'alt': 'high' is not an int like most of its values, so the whole "
+        "column is read as strings (a numeric or boolean comparison on it matches nothing); declare its type with "
+        '--schema (e.g. {"alt": "int"}) or a typed header (alt:int), or fix the value\n'
+    )
+    schema = write_file("types.json", '{"alt": "int"}')
+    fixed = invoke("match", "-q", str(query), "-e", str(events), "--schema", str(schema))
+    assert fixed.exit_code == 2 and "Traceback" not in fixed.output
+    assert fixed.stderr == f"error: {events} line 3, column 3 'alt': 'high' is not an int\n"
