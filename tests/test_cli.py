@@ -327,3 +327,14 @@ def test_match_warns_about_a_column_kept_a_string_by_one_value(write_file):
     fixed = invoke("match", "-q", str(query), "-e", str(events), "--schema", str(schema))
     assert fixed.exit_code == 2 and "Traceback" not in fixed.output
     assert fixed.stderr == f"error: {events} line 3, column 3 'alt': 'high' is not an int\n"
+
+
+def test_explain_warns_about_a_column_kept_a_string_and_takes_schema(write_file):
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nWHERE b.alt > 200\n")
+    events = write_file("ev.csv", "type,ts,alt\nA,1000,100\nA,2000,high\nB,3000,300\n")
+    result = invoke("explain", "-q", str(query), "-e", str(events))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"warning: {events} line 3, column 3 'alt': 'high' is not an int like most")
+    schema = write_file("types.json", '{"alt": "int"}')
+    fixed = invoke("explain", "-q", str(query), "-e", str(events), "--schema", str(schema))
+    assert fixed.exit_code == 2 and fixed.stderr == f"error: {events} line 3, column 3 'alt': 'high' is not an int\n"
