@@ -10,7 +10,8 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.app import Strategy, TsUnitChoice, app, fail, read_text
+from cli.app import Strategy, TsUnitChoice, app, fail, read_text, warn
+from cli.match import load_schema_option
 from engine.io import EventFileError, open_event_file
 
 
@@ -65,6 +66,9 @@ def explain(
     ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
         TsUnitChoice.auto
     ),
+    schema: Annotated[
+        Path | None, typer.Option("--schema", help="With --events: JSON file of column types, as lace match takes it.")
+    ] = None,
 ) -> None:
     """Show a live query's NFA plan: per node its conjuncts in evaluation order, the estimated input rate, pass
     probability and cost (004's formula 10), and with --events the counts measured over that file. With
@@ -80,6 +84,7 @@ def explain(
     rate_map = _load_json_map(rates, "--rates") if rates is not None else None
     if events is not None and not events.is_file():
         fail(f"{events}: no such file")
+    column_types = load_schema_option(schema) if schema is not None else None
     using = _archive_slice(archive, from_, to, events)
 
     from engine.compiler import compile_query
@@ -97,7 +102,9 @@ def explain(
     sample = None
     if events is not None:
         try:
-            source = open_event_file(events, ts_unit=ts_unit.value)
+            source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
+            for message in source.warnings():
+                warn(message)
             sample = [e for batch in source.batches() for e in batch]
         except EventFileError as e:
             fail(str(e))

@@ -194,14 +194,26 @@ def event_file_options(events: Path, schema: Path | None, lateness: str) -> tupl
     ends the command with its error (:func:`cli.app.fail`)."""
     if not events.is_file():
         fail(f"{events}: no such file")
-    column_types = _load_schema(schema) if schema is not None else None
+    column_types = load_schema_option(schema) if schema is not None else None
     try:
         return column_types, parse_duration_us(lateness)
     except ValueError as e:
         fail(f"--lateness: {e}")
 
 
-def _load_schema(path: Path) -> dict[str, str]:
+def load_schema_option(path: Path) -> dict[str, str]:
+    """The column types of a ``--schema`` file (:func:`engine.event_files.load_schema`).
+
+    Parameters
+    ----------
+    path : Path
+        The JSON file, ``{"attribute": "string|int|float|bool|timestamp", ...}``.
+
+    Returns
+    -------
+    dict[str, str]
+        Attribute -> its type; a missing or bad file ends the command with its error (:func:`cli.app.fail`).
+    """
     from engine.event_files import load_schema
 
     try:
@@ -237,10 +249,13 @@ def _run_match(
     if fmt == "parquet" and out is None:
         fail("--format parquet needs --out FILE")
     n_events = n_late = n_matches = 0
+    at_end: dict[str, Any] = {}
     start = time.perf_counter()
     sink = None
     try:
         source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
+        for message in source.warnings():
+            warn(message)
         if sort:
             source.sort()
         gc.freeze()  # modules and the file's columns live to the end: keep them out of every collection
@@ -266,6 +281,7 @@ def _run_match(
                         if n_late <= MAX_LATE_REPORTS:
                             warn(f"{events} {source.where(i)}: {reason}")
             n_events += len(batch)
+        at_end = matcher.stats() if stats else {}  # before the end of the stream drops every key's state
         write(matcher.flush())
         sink.flush()
         n_matches = sink.written
@@ -286,12 +302,67 @@ def _run_match(
     if n_late > MAX_LATE_REPORTS:
         warn(f"{n_late - MAX_LATE_REPORTS} more late events rejected ({n_late} in all)")
     if stats:
-        counters: dict[str, int | float] = dict(matcher.stats())
+        counters: dict[str, Any] = {"events": n_events, "late": n_late, "matches": n_matches}
+        counters.update(rest_names(matcher.stats(), at_end))
         counters.update(
-            events_read=n_events,
-            late_events=n_late,
-            matches=n_matches,
             elapsed_s=round(elapsed_s, 6),
             events_per_s=round(n_events / elapsed_s, 1) if elapsed_s > 0 else 0.0,
         )
         typer.echo(json.dumps(counters), err=True)
+
+
+# what the REST API's query stats (service.statement.stats, QueryStats) call a matcher's counters
+REST_NAMES = {
+    "emitted": "matches",
+    "live_partial_matches": "partial_matches",
+    "peak_live": "peak_partial_matches",
+    "spilled_now": "partial_matches_spilled",
+    "spilled": "spills",
+    "reloaded": "reloads",
+}
+# counters of what a detector holds now; the end of the stream empties them all, so --stats reads them before
+GAUGES = frozenset(
+    {"keys", "live_partial_matches", "buffered", "pending", "spilled_now", "open_runs", "open_windows", "groups"}
+)
+
+
+def rest_names(after: dict[str, Any], at_end: dict[str, Any]) -> dict[str, Any]:
+    """The counters of ``lace match --stats``: each once, under the name the REST API's query stats give it.
+
+    Parameters
+    ----------
+    after : dict
+        A detector's (or a rule graph run's) ``stats()`` after the end of the stream.
+    at_end : dict
+        Its ``stats()`` at the end of the file, before the end of the stream: what it holds then (``keys``,
+        ``partial_matches``, ``buffered``, ``pending``, ...; the end of the stream drops all of it) is read here.
+
+    Returns
+    -------
+    dict
+        ``after`` without what the caller counts itself (``events``, ``late``: the file's events and the late
+        ones among them; ``emitted``: ``matches``, what was written) and without ``live`` (the same count as
+        ``live_partial_matches``); the gauges from ``at_end``; nested dicts (a rule graph's statements) the same
+        way, where ``results`` is the statement's ``matches``.
+
+    Examples
+    --------
+    >>> rest_names({"events": 4, "emitted": 1, "live": 0, "live_partial_matches": 0, "keys": 0, "peak_live": 3},
+    ...            {"live_partial_matches": 2, "keys": 2})
+    {'partial_matches': 2, 'keys': 2, 'peak_partial_matches': 3}
+    """
+    return _renamed(after, at_end, top=True)
+
+
+def _renamed(after: dict[str, Any], at_end: dict[str, Any], *, top: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in after.items():
+        counted_here = top and name in ("events", "late", "emitted")
+        if name == "live" or counted_here or (name == "emitted" and "results" in after):
+            continue
+        if isinstance(value, dict):
+            value = _renamed(value, at_end.get(name) or {}, top=False)
+        elif name in GAUGES and name in at_end:
+            value = at_end[name]
+        out["matches" if name == "results" else REST_NAMES.get(name, name)] = value
+    return out

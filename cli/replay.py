@@ -37,11 +37,13 @@ from cli.app import (
     parse_duration_us,
     read_text,
     silence_stdout,
+    warn,
 )
+from cli.match import load_schema_option
 from engine.detector import DEFAULT_TOLERANCE_US, make_detector
 from engine.detector import compile as compile_statement
 from engine.events import Event
-from engine.io import EventFileError, iter_event_rows, match_line
+from engine.io import EventFileError, match_line, open_event_file
 from engine.live_archived.source import ArchiveSource, MemoryArchive
 from engine.lql.parser import parse
 from engine.match import Match
@@ -217,11 +219,15 @@ def replay(
     ts_unit: Annotated[TsUnitChoice, typer.Option(help="Unit of numeric ts: auto = int ms, decimal s.")] = (
         TsUnitChoice.auto
     ),
+    schema: Annotated[
+        Path | None, typer.Option("--schema", help="JSON file of column types, e.g. {\"key\": \"string\"}.")
+    ] = None,
 ) -> None:
     """Play an event file as a live stream, archiving it as it passes, and run a live-and-archived query."""
     text = read_text(query)
     if not events.is_file():
         fail(f"{events}: no such file")
+    column_types = load_schema_option(schema) if schema is not None else None
     try:
         tolerance_us = parse_duration_us(tolerance)
     except ValueError as e:
@@ -237,7 +243,10 @@ def replay(
     except QueryError as e:
         fail(f"{query}:{e.line}:{e.column}: {e.reason}")
     try:
-        rows = [event for _, event in iter_event_rows(events, ts_unit=ts_unit.value)]
+        source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
+        for message in source.warnings():
+            warn(message)
+        rows = list(source.events())
     except EventFileError as e:
         fail(str(e))
     except OSError as e:

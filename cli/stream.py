@@ -207,6 +207,8 @@ def stream(
             source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
         except EventFileError as e:
             fail(str(e))
+        for message in source.warnings():
+            warn(message)
         if sort:
             source.sort()
 

@@ -9,6 +9,8 @@ become int64 microseconds UTC, exactly as :class:`engine.io.TimestampParser` rea
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -139,6 +141,70 @@ def infer_text(values: pa.Array) -> str:
         if not pc.any(pc.is_inf(pc.cast(values, pa.float64()))).as_py():
             return "float"
     return "string"
+
+
+@dataclass(frozen=True, slots=True)
+class StringFallback:
+    """A CSV column inferred as string because of a minority of its values (:func:`string_fallback`).
+
+    Attributes
+    ----------
+    column : str
+        The column's name.
+    row : int
+        0-based row (within the file's rows) of the first value that kept it a string.
+    value : str
+        That value.
+    majority : str
+        The type most of its values have (``int``, ``float`` or ``bool``).
+    """
+
+    column: str
+    row: int
+    value: str
+    majority: str
+
+
+def string_fallback(values: pa.Array, column: str) -> StringFallback | None:
+    """Why a CSV column that :func:`infer_text` types as string is one, when a minority of values is the reason.
+
+    Parameters
+    ----------
+    values : pa.Array
+        The column's text (:func:`text_column`), inferred as ``string``.
+    column : str
+        Its name.
+
+    Returns
+    -------
+    StringFallback or None
+        When more than half of its present values are numbers (ints and floats, finite, written without leading
+        zeros) or booleans: that type and the first value that is not; None when most values are text (an
+        identifier column such as ``060030`` codes stays a string without a word).
+
+    Examples
+    --------
+    >>> string_fallback(text_column(pa.array(["1.5", "2", "high", "3"])), "alt")
+    StringFallback(column='alt', row=2, value='high', majority='float')
+    >>> string_fallback(text_column(pa.array(["AIG", "IBM", "7"])), "symbol") is None
+    True
+    """
+    present = len(values) - values.null_count
+    for kind, pattern in (("bool", _BOOL), ("float", _FLOAT_CANON)):
+        ok = pc.match_substring_regex(values, pattern)
+        if kind == "float":  # a finite float: 86e430 is no number
+            finite = pc.is_finite(pc.cast(pc.if_else(ok, values, _null(values.type)), pa.float64()))
+            ok = pc.and_kleene(ok, finite)
+        n_ok = pc.sum(pc.cast(ok, pa.int64())).as_py() or 0
+        if 2 * n_ok > present:
+            bad = _first(pc.invert(ok))
+            if bad < 0:
+                return None  # all of them: ints beyond int64, an identifier
+            if kind == "float":
+                ints = pc.match_substring_regex(pc.if_else(ok, values, _null(values.type)), _INT_CANON)
+                kind = "int" if pc.all(ints).as_py() else "float"
+            return StringFallback(column, bad, str(values[bad].as_py()), kind)
+    return None
 
 
 def value_column(values: pa.Array, kind: str | None, column: str, ts_unit: str) -> tuple[pa.Array, str]:

@@ -17,6 +17,8 @@ Inference (CSV text; JSON and Parquet values already have a type): a column whos
 ``true``/``false`` (any case) is bool; all integers written without leading zeros and within int64
 is int; all decimal numbers (with ``.`` or an exponent, no leading zeros, finite) is float; anything
 else is string. So ``060030``, ``3964e8`` or ``86e430`` in a column keep the whole column a string.
+When most of a column's values are numbers (or booleans) and a few keep it a string, the table says so
+(``EventTable.string_fallbacks``, :func:`engine.event_columns.string_fallback`; ``EventFile.warnings``).
 In JSON, ints and floats in one column make it float; a string and a number in one column is an error.
 
 Missing values, one rule for every format: an empty cell, ``null``, ``NULL``, ``NaN``/``nan`` (CSV
@@ -43,11 +45,13 @@ from engine.event_columns import (
     _INT_ANY,
     NULL_TEXT,
     ColumnError,
+    StringFallback,
     _all_match,
     _cast_text,
     _first,
     _null,
     infer_text,
+    string_fallback,
     text_column,
     timestamp_column,
     value_column,
@@ -65,6 +69,7 @@ __all__ = [
     "EventTable",
     "HeaderError",
     "ParseError",
+    "StringFallback",
     "infer_text",
     "interval_ends",
     "load_schema",
@@ -123,6 +128,9 @@ def load_schema(path: str | Path) -> dict[str, str]:
 def read_csv_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[str, str] | None = None) -> EventTable:
     """Read a CSV event file (every cell as text, then each column typed as a whole).
 
+    The table's ``string_fallbacks`` lists the undeclared columns inferred as string because of a minority of
+    their values (:func:`engine.event_columns.string_fallback`).
+
     Raises
     ------
     HeaderError
@@ -158,13 +166,18 @@ def read_csv_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[str,
     _no_nulls(ts_values, "ts", "empty ts")
     attrs: dict[str, pa.Array] = {}
     kinds: dict[str, str] = {}
+    fallbacks: list[StringFallback] = []
     for n, values in cols.items():
         if n in HEADER_FIELDS:
             continue
         kind = declared.get(n) or infer_text(values)
+        if kind == "string" and n not in declared and (why := string_fallback(values, n)) is not None:
+            fallbacks.append(why)
         attrs[n] = timestamp_column(values, ts_unit, n) if kind == "timestamp" else _cast_text(values, kind, n)
         kinds[n] = kind
-    return EventTable(ids, types, ts_values, attrs, kinds, interval_ends(cols.get("ts_end"), ts_values, ts_unit))
+    table = EventTable(ids, types, ts_values, attrs, kinds, interval_ends(cols.get("ts_end"), ts_values, ts_unit))
+    table.string_fallbacks = fallbacks
+    return table
 
 
 class HeaderError(ValueError):

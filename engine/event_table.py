@@ -40,6 +40,8 @@ class EventTable:
     ts_end : pa.Array | None
         int64 microseconds UTC, the end of each interval event (null: a point event), or None when
         the file has no ``ts_end`` column; checked ``> ts`` by :func:`engine.event_files.interval_ends`.
+    string_fallbacks : list[engine.event_columns.StringFallback]
+        CSV columns inferred as string because of a minority of their values (set by the CSV reader).
     """
 
     def __init__(
@@ -57,6 +59,7 @@ class EventTable:
         self.ts_end = ts_end
         self.attrs = {n: a for n, a in attrs.items() if a.null_count < len(a)}  # all-missing: never set
         self.column_types = column_types
+        self.string_fallbacks: list[Any] = []
 
     def __len__(self) -> int:
         return len(self.types)

@@ -196,6 +196,7 @@ class EventFile:
         self.table = table
         self.rows: Any = None  # after sort(): original row of each position
         self._lines: list[int] | None = None
+        self.string_fallbacks = table.string_fallbacks  # of the file's rows: sort() keeps them
 
     def __len__(self) -> int:
         return len(self.table)
@@ -239,9 +240,39 @@ class EventFile:
             self._lines = _row_lines(self.path, self.format)
         return self._lines[row] if row < len(self._lines) else row + 1
 
+    def warnings(self) -> list[str]:
+        """What a reader should know about how the file was read, one message per column (none: all clear).
+
+        Returns
+        -------
+        list[str]
+            For every CSV column inferred as string because of a minority of its values
+            (:func:`engine.event_columns.string_fallback`): the file, the line and column of its first value
+            that is not of the type of most of them, and how to declare its type (``--schema`` or a typed header).
+        """
+        if not self.string_fallbacks:
+            return []
+        if self._lines is None:
+            self._lines = _row_lines(self.path, self.format)
+        names = _csv_names(self.path) if self.format == "csv" else []
+        out = []
+        for f in self.string_fallbacks:
+            line = self._lines[f.row] if f.row < len(self._lines) else f.row + 1
+            position = f", column {names.index(f.column) + 1}" if f.column in names else ""
+            out.append(
+                f"{self.path} line {line}{position} {f.column!r}: {f.value!r} is not {_A[f.majority]} like most of "
+                f"its values, so the whole column is read as strings (a numeric or boolean comparison on it matches "
+                f"nothing); declare its type with --schema (e.g. {{\"{f.column}\": \"{f.majority}\"}}) or a typed "
+                f"header ({f.column}:{f.majority}), or fix the value"
+            )
+        return out
+
     def where(self, position: int) -> str:
         """``line N`` (CSV, JSONL) or ``row N`` (Parquet) of the event at ``position``."""
         return f"{'row' if self.format == 'parquet' else 'line'} {self.line(position)}"
+
+
+_A = {"int": "an int", "float": "a float", "bool": "a bool"}
 
 
 def open_event_file(

@@ -154,8 +154,25 @@ def test_match_out_file_and_stats_from_jsonl(write_file, tmp_path):
     assert result.stdout == ""
     assert len(out.read_text().splitlines()) == 2
     stats = json.loads(result.stderr)
-    assert (stats["events_read"], stats["late_events"], stats["matches"], stats["emitted"]) == (3, 0, 2, 2)
+    assert (stats["events"], stats["late"], stats["matches"]) == (3, 0, 2)
     assert stats["elapsed_s"] >= 0 and stats["events_per_s"] >= 0
+
+
+def test_match_stats_print_each_counter_once_under_the_rest_names(write_file):
+    from service.schemas.resources import QueryStats
+
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nPARTITION BY sym\nWITHIN 10 seconds\n")
+    events = write_file("ev.csv", "type,ts,sym\nA,1000,x\nA,2000,y\nB,3000,x\n")
+    result = invoke("match", "-q", str(query), "-e", str(events), "--stats")
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stderr)
+    assert not {"events_read", "late_events", "emitted", "live", "live_partial_matches", "peak_live"} & set(stats)
+    assert {"events", "late", "matches", "partial_matches", "keys"} <= set(stats) <= (
+        set(QueryStats.model_fields) | {"ignored", "created", "copied", "merged", "peak_partial_matches",
+                                        "pending", "buffered", "conjunct_reorders", "elapsed_s", "events_per_s"}
+    )
+    # two keys held state at the end of the file (the end of the stream then drops them: keys read 0 before)
+    assert (stats["events"], stats["matches"], stats["keys"], stats["partial_matches"]) == (3, 1, 2, 2)
 
 
 def test_match_pm_capacity_spills_and_gives_the_same_matches(write_file):
@@ -168,7 +185,7 @@ def test_match_pm_capacity_spills_and_gives_the_same_matches(write_file):
     assert spilled.exit_code == 0, spilled.output
     assert sorted(spilled.stdout.splitlines()) == sorted(plain.stdout.splitlines())
     stats = json.loads(spilled.stderr)
-    assert stats["pm_policy"] == "tpm" and stats["spilled"] > 0 and stats["misses"] > 0
+    assert stats["pm_policy"] == "tpm" and stats["spills"] > 0 and stats["misses"] > 0
 
 
 def test_match_sort_orders_the_file_by_ts_then_id(write_file):
@@ -218,7 +235,7 @@ def test_match_end_to_end_with_the_real_engine(real_engine, write_file, tmp_path
     assert sorted((m["events"]["a"], m["events"]["b"]) for m in found) == [([1], [2]), ([3], [4])]
     assert {m["query"] for m in found} == {"pair"}
     stats = json.loads(result.stderr.splitlines()[-1])
-    assert (stats["events_read"], stats["matches"], stats["late_events"]) == (4, 2, 0)
+    assert (stats["events"], stats["matches"], stats["late"]) == (4, 2, 0)
 
 
 def test_match_bad_query_with_the_real_parser(real_engine, write_file):
@@ -238,7 +255,7 @@ def test_match_late_events_with_the_real_engine(real_engine, write_file):
     assert result.exit_code == 0, result.output
     warning, stats_line = result.stderr.splitlines()
     assert warning.startswith(f"warning: {events} line 3: ")
-    assert json.loads(stats_line)["late_events"] == 1
+    assert json.loads(stats_line)["late"] == 1
     assert [json.loads(line)["events"] for line in result.stdout.splitlines()] == [{"a": [1], "b": [3]}]
     lenient = invoke("match", "-q", str(query), "-e", str(events), "--lateness", "5 s")
     assert lenient.stderr == ""
@@ -294,3 +311,30 @@ def test_the_process_entry_exits_with_the_commands_code_after_writing_its_output
     bad = subprocess.run([sys.executable, "-m", "cli.main", "nosuch"], cwd=repo_root, capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "No such command 'nosuch'" in bad.stderr
+
+
+def test_match_warns_about_a_column_kept_a_string_by_one_value(write_file):
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nWHERE b.alt > 200\n")
+    events = write_file("ev.csv", "type,ts,alt\nA,1000,100\nA,2000,high\nB,3000,300\n")
+    result = invoke("match", "-q", str(query), "-e", str(events))
+    assert result.exit_code == 0 and result.stdout == ""  # a string column: the numeric WHERE matches nothing
+    assert result.stderr == (
+        f"warning: {events} line 3, column 3 'alt': 'high' is not an int like most of its values, so the whole "
+        "column is read as strings (a numeric or boolean comparison on it matches nothing); declare its type with "
+        '--schema (e.g. {"alt": "int"}) or a typed header (alt:int), or fix the value\n'
+    )
+    schema = write_file("types.json", '{"alt": "int"}')
+    fixed = invoke("match", "-q", str(query), "-e", str(events), "--schema", str(schema))
+    assert fixed.exit_code == 2 and "Traceback" not in fixed.output
+    assert fixed.stderr == f"error: {events} line 3, column 3 'alt': 'high' is not an int\n"
+
+
+def test_explain_warns_about_a_column_kept_a_string_and_takes_schema(write_file):
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nWHERE b.alt > 200\n")
+    events = write_file("ev.csv", "type,ts,alt\nA,1000,100\nA,2000,high\nB,3000,300\n")
+    result = invoke("explain", "-q", str(query), "-e", str(events))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"warning: {events} line 3, column 3 'alt': 'high' is not an int like most")
+    schema = write_file("types.json", '{"alt": "int"}')
+    fixed = invoke("explain", "-q", str(query), "-e", str(events), "--schema", str(schema))
+    assert fixed.exit_code == 2 and fixed.stderr == f"error: {events} line 3, column 3 'alt': 'high' is not an int\n"

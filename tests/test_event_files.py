@@ -356,3 +356,23 @@ def test_reading_an_event_file_does_not_import_pandas(tmp_path) -> None:  # type
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_column_kept_a_string_by_a_minority_of_values_is_reported(tmp_path):
+    path = tmp_path / "ev.csv"
+    path.write_text("type,ts,icao,alt,ok\nA,1,060030,100,true\n\nA,2,3964e8,200.5,false\nA,3,4ca7b5,high,maybe\n"
+                    "A,4,86e430,,true\n")
+    source = open_event_file(path)
+    source.sort()
+    assert source.column_types == {"icao": "string", "alt": "string", "ok": "string"}
+    alt, ok = source.warnings()  # the hex identifiers (mostly not numbers) stay a string without a word
+    assert alt.startswith(f"{path} line 5, column 4 'alt': 'high' is not a float like most of its values, so the "
+                          "whole column is read as strings")
+    assert '--schema (e.g. {"alt": "float"}) or a typed header (alt:float)' in alt
+    assert ok.startswith(f"{path} line 5, column 5 'ok': 'maybe' is not a bool")
+    typed = tmp_path / "typed.csv"
+    typed.write_text("type,ts,alt:string\nA,1,100\nA,2,high\nA,3,300\n")
+    assert open_event_file(typed).warnings() == []
+    assert open_event_file(path, schema={"alt": "string", "ok": "string"}).warnings() == []
+    with pytest.raises(EventFileError, match="line 5, column 4 'alt'"):
+        open_event_file(path, schema={"alt": "float"})

@@ -134,3 +134,19 @@ def test_replay_user_errors_are_one_line(files, write_file):
             invoke("replay", "-q", str(query), "-e", str(events), "--archive", str(archive)),
             f"error: {archive}: the archive directory must be new or empty",
         )
+
+
+def test_replay_warns_about_a_column_kept_a_string_by_one_value(write_file, tmp_path):
+    query = write_file("q.lql", QUERY)
+    lines = EVENTS.splitlines()  # a column n of ints, but for one 'one' (line 4)
+    events = write_file("ev.csv", "".join(f"{line},{'n' if i == 0 else 'one' if i == 3 else i}\n"
+                                          for i, line in enumerate(lines)))
+    result = invoke("replay", "-q", str(query), "-e", str(events), "--archive", str(tmp_path / "archive"),
+                    "--backend", "memory", "--algorithm", "llaa")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"warning: {events} line 4, column 6 'n': 'one' is not an int like most of its "
+                                    "values, so the whole column is read as strings")
+    schema = write_file("types.json", '{"n": "int"}')
+    fixed = invoke("replay", "-q", str(query), "-e", str(events), "--archive", str(tmp_path / "archive2"),
+                   "--backend", "memory", "--algorithm", "llaa", "--schema", str(schema))
+    assert fixed.exit_code == 2 and fixed.stderr == f"error: {events} line 4, column 6 'n': 'one' is not an int\n"
