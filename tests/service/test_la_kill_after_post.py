@@ -38,7 +38,6 @@ def settled(c: httpx.Client, ids: list[int]) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="issue 43: the restart position is assembled from where a live instance may be")
 def test_sigkill_right_after_the_post_that_closes_a_subwindow_loses_no_result(tmp_path: Path) -> None:
     svc = ServiceProcess(tmp_path / "data", {"max_future_skew_s": 365 * 86_400, "log_level": "info"}, own_group=True)
     t0 = int(time.time() * 1000) - 60 * DAY_MS
