@@ -8,7 +8,9 @@ replay and the checkpoints call :class:`~service.live.live_query.LiveQuery`'s me
 The verbs: :meth:`attach` / :meth:`detach` (start, stop: a node of the graph, or a worker the runtime offers
 events), :meth:`close` (service shut-down), :meth:`offer` (events and the watermark for a worker; the ingest path
 feeds the graph), :meth:`take_replayed` / :meth:`offer_replayed` (the restart replay), :meth:`call` (once what was
-handed over is matched), :meth:`checkpoint`, and the counters (:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
+handed over is matched), :meth:`checkpoint`, the restart position (``by_acks``: a worker's comes from its
+acknowledgements, :meth:`WorkerRun.acked_position`; the graph's from its event-time horizon), and the counters
+(:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
 """
 from __future__ import annotations
 
