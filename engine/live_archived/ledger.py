@@ -56,9 +56,17 @@ class Ledger:
 
     # ------------------------------------------------------------------ what the worker notes
 
-    def offered(self, events: Sequence[Event], seqs: Sequence[int | None] | None) -> None:
+    def offered(
+        self, events: Sequence[Event], seqs: Sequence[int | None] | None, upto: int | None = None
+    ) -> None:
         """Note a batch about to be matched: ``events`` and their positions ``seqs`` (None, or a None entry: no
-        position known, e.g. a row archived before positions existed; such events are not indexed)."""
+        position known, e.g. a row archived before positions existed; such events are not indexed); ``upto``: every
+        event of the query's types at or before this position is in this batch or an earlier one (the service's
+        last position when it offered the batch: the events of other types between do not concern the query)."""
+        if upto is not None and (events or self.last_seq is not None):
+            with self.lock:
+                if self.last_seq is None or upto > self.last_seq:
+                    self.last_seq = upto
         if not events or seqs is None:
             return
         known = [(s, e.ts_end) for e, s in zip(events, seqs, strict=True) if s is not None]

@@ -274,7 +274,7 @@ class ProcessWorker:
 
     def offer(
         self, events: list[Event], watermark_us: int | None, *, seqs: Sequence[int | None] | None = None,
-        idle: bool = False,
+        upto: int | None = None, idle: bool = False,
     ) -> None:
         """Hand over accepted events (already archived) with their ingest positions ``seqs``, the query's watermark
         and whether its types are all idle or ended (see :meth:`LiveArchivedWorker.offer`): a queue append."""
@@ -282,7 +282,7 @@ class ProcessWorker:
         with self._unsent_lock:
             self.unsent += len(events)
             self._unsent_at.append(at)
-        self._outbox.put((events, seqs, watermark_us, at, idle))
+        self._outbox.put((events, seqs, upto, watermark_us, at, idle))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` (on a thread of the service) once the child has matched everything offered before it."""
@@ -370,8 +370,8 @@ class ProcessWorker:
                 if item[0] == "call":
                     self.chan.send(item)
                     continue
-                events, seqs, wm, at, idle = item
-                self.chan.send(("events", encoded_rows(events), seqs, wm, at, idle))
+                events, seqs, upto, wm, at, idle = item
+                self.chan.send(("events", encoded_rows(events), seqs, upto, wm, at, idle))
                 with self._unsent_lock:
                     self.unsent -= len(events)
                     self.sent += len(events)
@@ -630,8 +630,8 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
             break  # the service is gone
         kind = msg[0]
         if kind == "events":
-            _, rows, seqs, wm, at, idle = msg
-            worker.offer([Event(*r) for r in pickle.loads(rows)], wm, seqs=seqs, offered_at=at, idle=idle)
+            _, rows, seqs, upto, wm, at, idle = msg
+            worker.offer([Event(*r) for r in pickle.loads(rows)], wm, seqs=seqs, upto=upto, offered_at=at, idle=idle)
         elif kind == "reply":
             chan.resolve(msg[1], msg[2], msg[3])
         elif kind == "rpc":

@@ -241,13 +241,15 @@ class LiveArchivedWorker:
         watermark_us: int | None,
         *,
         seqs: Sequence[int | None] | None = None,
+        upto: int | None = None,
         offered_at: float | None = None,
         idle: bool = False,
     ) -> None:
         """Hand over accepted events (already archived) and the query's watermark; never waits.
 
         ``seqs``: the events' ingest positions (``ingest_seq``, one per event; None: unknown), what the worker
-        acknowledges (:meth:`_ack`).
+        acknowledges (:meth:`_ack`); ``upto``: the service's last ingest position when it offered them (every event
+        of the query's types up to it has been offered).
 
         ``offered_at``: when ingest handed them over (wall seconds, default now), the start of
         ``close_to_commit_ms`` for the requests they close. ``idle``: every type the query reads is idle or
@@ -259,7 +261,7 @@ class LiveArchivedWorker:
         with self.counts:
             self.backlog += len(events)
             self.offered.append(at)
-        self.queue.put((events, seqs, watermark_us, at, idle))
+        self.queue.put((events, seqs, upto, watermark_us, at, idle))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the worker's thread once everything offered before it is matched."""
@@ -307,7 +309,7 @@ class LiveArchivedWorker:
             if callable(item):
                 item()
                 continue
-            events, seqs, watermark, self._offered_at, idle = item
+            events, seqs, upto, watermark, self._offered_at, idle = item
             out: list[Match] = []
             started = time.thread_time()
             if self.failed is not None:  # a plug-in failed before: the query matches no more
@@ -315,7 +317,7 @@ class LiveArchivedWorker:
                     self.backlog -= len(events)
                     self.offered.popleft()
                 continue
-            self.ledger.offered(events, seqs)
+            self.ledger.offered(events, seqs, upto)
             try:
                 with self.guard:
                     for e in events:

@@ -100,12 +100,14 @@ class LiveQuery:
         self.run.close()
 
     def offer(
-        self, events: list[Event], watermark_us: int | None, *, seqs: Sequence[int | None], idle: bool = False
+        self, events: list[Event], watermark_us: int | None, *, seqs: Sequence[int | None], upto: int | None = None,
+        idle: bool = False,
     ) -> None:
         """Hand it ``events`` (archived already) with their ingest positions ``seqs`` (one per event) and its
-        watermark when it runs on a worker (the ingest path feeds the rule graph); ``idle``: every type it reads is
-        idle (``LACE_IDLE_TIMEOUT_S``) or ended."""
-        self.run.offer(self, events, seqs, watermark_us, idle)
+        watermark when it runs on a worker (the ingest path feeds the rule graph); ``upto``: the service's last
+        ingest position (every event up to it has been offered); ``idle``: every type it reads is idle
+        (``LACE_IDLE_TIMEOUT_S``) or ended."""
+        self.run.offer(self, events, seqs, upto, watermark_us, idle)
 
     def take_replayed(self, event: Event, seq: int | None) -> bool:
         """Take an event the restart replay read for it (at ingest position ``seq``); True when the rule graph must

@@ -60,7 +60,8 @@ class GraphRun:
         """Nothing runs beside the runtime."""
 
     def offer(
-        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], watermark_us: int | None, idle: bool
+        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], upto: int | None,
+        watermark_us: int | None, idle: bool,
     ) -> None:
         """Nothing: the ingest path feeds the graph."""
 
@@ -161,11 +162,13 @@ class WorkerRun:
         self.worker.stop()
 
     def offer(
-        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], watermark_us: int | None, idle: bool
+        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], upto: int | None,
+        watermark_us: int | None, idle: bool,
     ) -> None:
-        """Hand the worker those of ``events`` it reads, with their ingest positions (``seqs``, one per event), and
-        the watermark when it moved; when none came and every type it reads is idle or ended (``idle``), tell it
-        once per quiet spell (SLLAA closes its open subwindow)."""
+        """Hand the worker those of ``events`` it reads, with their ingest positions (``seqs``, one per event;
+        ``upto``: the service's last position, see :meth:`LiveArchivedWorker.offer`), and the watermark when it
+        moved; when none came and every type it reads is idle or ended (``idle``), tell it once per quiet spell
+        (SLLAA closes its open subwindow)."""
         types = lq.compiled.stream_types
         picked = [i for i, e in enumerate(events) if e.type in types]
         if len(picked) == len(events):  # all of them: the same list for every such query (pickled once for all)
@@ -178,7 +181,7 @@ class WorkerRun:
             idle and not self.offered_idle
         ):
             self.offered_wm = wm
-            self.worker.offer(mine, wm, seqs=mine_seqs, idle=idle)
+            self.worker.offer(mine, wm, seqs=mine_seqs, upto=upto, idle=idle)
         self.offered_idle = idle
 
     def take_replayed(self, event: Event, seq: int | None) -> bool:

@@ -307,6 +307,7 @@ class LiveRuntime:
         positions: Sequence[int | None] = () if seqs is None else seqs
         if len(positions) != len(events):
             raise ValueError("every event offered needs its ingest position")
+        upto = self.order.last_noted  # under the lock: every event up to it is being or was offered
         for lq in self.offered.values():
-            lq.offer(events, self.query_watermark(lq), seqs=positions,
+            lq.offer(events, self.query_watermark(lq), seqs=positions, upto=upto,
                      idle=self.event_time.idle(lq.compiled.stream_types))

@@ -87,3 +87,18 @@ def test_the_need_is_the_smallest_open_position_and_only_moves_forward() -> None
     assert ledger.need() == 12
     ledger.settle_live(500)
     assert ledger.need() == 13
+
+
+def test_a_batch_offered_up_to_a_later_position_moves_the_need_past_other_types_events() -> None:
+    """``upto``: the service's last position when it offered the batch; the events of other types up to it do not
+    concern the query, so a query with nothing open needs only what comes after it (its position does not stay
+    behind a quiet type's last event)."""
+    ledger = Ledger()
+    ledger.offered([], None, upto=40)
+    assert ledger.need() is None  # nothing of its own offered yet: nothing acknowledged
+    ledger.offered([Event(1, "s", 100)], [41], upto=41)
+    ledger.settle_live(500)
+    assert ledger.need() == 42
+    ledger.offered([], [], upto=90)  # a watermark or an idle notice, later
+    ledger.settle_live(500)  # the worker settles after every batch
+    assert ledger.need() == 91
