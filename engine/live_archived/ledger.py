@@ -52,6 +52,8 @@ class Ledger:
         """The last position offered to the runner (None: none yet)."""
         self.live_floor: int | None = None
         """The position the live side's partial matches need (None: not known yet)."""
+        self._matching: int | None = None
+        """The last position of the batch being matched (:meth:`offered`, :meth:`matched`)."""
         self._acked: int | None = None
 
     # ------------------------------------------------------------------ what the worker notes
@@ -62,28 +64,32 @@ class Ledger:
         """Note a batch about to be matched: ``events`` and their positions ``seqs`` (None, or a None entry: no
         position known, e.g. a row archived before positions existed; such events are not indexed); ``upto``: every
         event of the query's types at or before this position is in this batch or an earlier one (the service's
-        last position when it offered the batch: the events of other types between do not concern the query)."""
-        if upto is not None and (events or self.last_seq is not None):
-            with self.lock:
-                if self.last_seq is None or upto > self.last_seq:
-                    self.last_seq = upto
-        if not events or seqs is None:
-            return
-        known = [(s, e.ts_end) for e, s in zip(events, seqs, strict=True) if s is not None]
-        if not known:
-            return
-        first = min(s for s, _ in known)
-        top = max(t for _, t in known)
-        last = max(s for s, _ in known)
+        last position when it offered the batch: the events of other types between do not concern the query).
+        The batch counts as matched at :meth:`matched`."""
+        known = [] if seqs is None else [(s, e.ts_end) for e, s in zip(events, seqs, strict=True) if s is not None]
+        candidates = [s for s, _ in known]
+        if upto is not None and (known or self.last_seq is not None):  # once the query has had an event of its own
+            candidates.append(upto)
+        last = max(candidates, default=None)
         with self.lock:
+            self._matching = last
+            if not known:
+                return
+            first = min(s for s, _ in known)
+            top = max(t for _, t in known)
             if self._batches and first >= self._batches[-1][0] and top <= self._batches[-1][1]:
-                pass  # covered by the last batch's entry: nothing later in it can be needed earlier
-            else:
-                self._batches.append((first, top))
-                if len(self._batches) > MAX_BATCHES:  # the two oldest merge: coarser, never later
-                    a, b = self._batches.popleft(), self._batches.popleft()
-                    self._batches.appendleft((a[0], max(a[1], b[1])))
-            if self.last_seq is None or last > self.last_seq:
+                return  # covered by the last batch's entry: nothing later in it can be needed earlier
+            self._batches.append((first, top))
+            if len(self._batches) > MAX_BATCHES:  # the two oldest merge: coarser, never later
+                a, b = self._batches.popleft(), self._batches.popleft()
+                self._batches.appendleft((a[0], max(a[1], b[1])))
+
+    def matched(self) -> None:
+        """The batch last noted (:meth:`offered`) is matched: its last position (or its ``upto``) is the last
+        position matched. Until then an acknowledgement (a request answered meanwhile) does not count it."""
+        with self.lock:
+            last, self._matching = self._matching, None
+            if last is not None and (self.last_seq is None or last > self.last_seq):
                 self.last_seq = last
 
     def position_of(self, ts_us: int) -> int | None:
@@ -149,10 +155,10 @@ class Ledger:
 
     def need(self) -> int | None:
         """The smallest position the unfinished work needs: its live instances', its partial matches', and one past
-        the last position matched; never less than an earlier answer (positions only move forward). None: nothing
-        offered yet."""
+        the last position matched; never less than an earlier answer (positions only move forward). The earlier
+        answer (None: none) until a batch was matched and the partial matches' part settled (:meth:`settle_live`)."""
         with self.lock:
-            if self.last_seq is None:
+            if self.last_seq is None or self.live_floor is None:  # the partial matches' part not settled yet
                 return self._acked
             parts = [self.last_seq + 1, *(p for _, p in self._open.values())]
             if self.live_floor is not None:

@@ -343,12 +343,13 @@ class LiveArchivedWorker:
             self.cpu_s += time.thread_time() - started
             if not out or self._commit(out):
                 self.ledger.committed()  # what the runner answered in this batch is recorded
+            self.ledger.matched()
             span = self.plan.live_span_us
             clock = runner.live_clock
-            if span is None:
+            if span is None:  # unbounded: its partial matches may hold anything since the first event
                 self.ledger.settle_live(None)
-            elif clock > MIN_TS:
-                self.ledger.settle_live(clock - span - self.lateness_us)
+            else:  # no live event matched yet: no partial match, nothing before the next position
+                self.ledger.settle_live(clock - span - self.lateness_us if clock > MIN_TS else END_OF_TIME)
             self._ack()
             with self.counts:
                 self.backlog -= len(events)
