@@ -11,6 +11,7 @@ from engine.live_archived.base import ArchiveWork, Runner
 from engine.live_archived.ledger import Ledger
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import MemoryArchive
+from engine.match import Match
 
 TEXT = """NAME la
 LIVE PATTERN s a WHERE a.v > 50
@@ -31,7 +32,7 @@ def runner(algorithm: str, archive: MemoryArchive, deferred: list[ArchiveWork] |
     return r
 
 
-def feed(r: Runner, archive: MemoryArchive, event: Event, seq: int) -> list[object]:
+def feed(r: Runner, archive: MemoryArchive, event: Event, seq: int) -> list[Match]:
     """One batch of one event, as the worker matches it: noted in the ledger, archived, pushed."""
     assert r.ledger is not None
     r.ledger.offered([event], [seq])
