@@ -38,8 +38,11 @@ def settled(c: httpx.Client, ids: list[int]) -> bool:
     return True
 
 
-def test_sigkill_right_after_the_post_that_closes_a_subwindow_loses_no_result(tmp_path: Path) -> None:
-    svc = ServiceProcess(tmp_path / "data", {"max_future_skew_s": 365 * 86_400, "log_level": "info"}, own_group=True)
+@pytest.mark.parametrize("la_process", [True, False], ids=["query-process", "in-thread"])
+def test_sigkill_right_after_the_post_that_closes_a_subwindow_loses_no_result(tmp_path: Path, la_process: bool) -> None:
+    """The queries run in query processes (the default) or on threads of the service (``LACE_LA_PROCESS=false``)."""
+    settings = {"max_future_skew_s": 365 * 86_400, "log_level": "info", "la_process": str(la_process).lower()}
+    svc = ServiceProcess(tmp_path / "data", settings, own_group=True)
     t0 = int(time.time() * 1000) - 60 * DAY_MS
     ids: dict[str, int] = {}
     try:
