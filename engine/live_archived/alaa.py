@@ -130,6 +130,7 @@ class ALAA(Runner):
                 continue
             lo, hi = self.access(inst)
             self.join(inst, self.archive.store.candidates(key, lo, hi), out)
+        self.answered(pending)  # joined here: their results are in ``out``
         horizon = self.horizon()
         if horizon is not None:
             self.archive.evict(horizon)

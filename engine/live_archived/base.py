@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from engine.events import END_OF_TIME, Event
 from engine.live_archived.counters import RunCounters
+from engine.live_archived.ledger import Ledger
 from engine.live_archived.memo import ArchivedMemo
 from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import ArchiveSource, Ranges
@@ -161,6 +162,10 @@ class Runner:
             {} if self.archived_memo is not None and plan.join_equi else None
         )
         """``id(j) -> (j, archived sides of the JOIN equalities)`` for the memo's archived instances."""
+        self.ledger: Ledger | None = None
+        """The query's unfinished work (:class:`~engine.live_archived.ledger.Ledger`), when a service worker keeps
+        one: every live instance enters at :meth:`completed`; the runner marks those it answers itself
+        (:meth:`answered`); the worker takes them out once their results are committed."""
         self.watermark = MIN_TS
         self.live_clock = MIN_TS
         """Event time the live matcher has reached: later live instances start after ``live_clock - span``."""
@@ -288,7 +293,17 @@ class Runner:
         """Hand the live matches ``found`` (completed at event time ``at_ts``, default: the watermark) on."""
         self.counters.live_instances += len(found)
         ts = self.watermark if at_ts is None else at_ts
-        return self.on_instances([LiveInstance(m, ts, now) for m in found])
+        insts = [LiveInstance(m, ts, now) for m in found]
+        if self.ledger is not None:
+            for inst in insts:
+                self.ledger.enter(inst)
+        return self.on_instances(insts)
+
+    def answered(self, instances: list[LiveInstance]) -> None:
+        """``instances`` are answered here, on the caller's thread: their results (maybe none) are in what the
+        current ``push``/``advance``/``idle``/``flush`` returns (:meth:`Ledger.answered`)."""
+        if self.ledger is not None:
+            self.ledger.answered(instances)
 
     def submit(
         self,
@@ -305,8 +320,10 @@ class Runner:
             inst.requested_ts = self.watermark if self.watermark < END_OF_TIME else inst.completed_ts
         work = ArchiveWork(instances, answer, mergeable)
         if self.defer is None:
-            return work.run()
-        self.defer(work)
+            out = work.run()
+            self.answered(instances)
+            return out
+        self.defer(work)  # its instances leave the ledger when the worker has committed its results
         return []
 
     def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:

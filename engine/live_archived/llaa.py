@@ -23,7 +23,8 @@ class LLAA(Runner):
         out: list[Match] = []
         for inst in insts:
             if self.plan.key_of(inst.match) is NO_KEY:
-                continue  # the key equality cannot hold: nothing to ask
+                self.answered([inst])  # the key equality cannot hold: nothing to ask, no result
+                continue
             out += self.submit([inst], self.answer_one)
         return out
 

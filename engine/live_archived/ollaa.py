@@ -165,6 +165,7 @@ class OLLAA(LLAA):
                 continue
             lo, hi = self.access(inst)
             self.join(inst, store.candidates(key, lo, hi), out)
+        self.answered(insts)  # joined here: their results are in ``out``
         return out
 
     def advance(self, watermark_us: int) -> list[Match]:

@@ -215,7 +215,7 @@ class Ingest:
             crash_point("ingest.after_wal")
             rt.event_time.take(seen, {e.type for e in accepted})
             self.remember(staged)
-            found = self.push(accepted, index, res)
+            found = self.push(accepted, index, res, seqs)
             res.accepted = len(accepted)
             res.ids = [e.id for e in accepted]
             self._count_in(accepted)
@@ -236,13 +236,16 @@ class Ingest:
                 out.append({"query": lq.name, **h})
         return out
 
-    def push(self, events: list[Event], index: list[int] | None, res: IngestResult | None) -> list[Found]:
-        """Match accepted ``events`` (archived already): the rule graph, the live-and-archived workers, then the
-        watermark advance; late refusals and failed statements are reported in ``res``. Returns the results."""
+    def push(
+        self, events: list[Event], index: list[int] | None, res: IngestResult | None, seqs: list[int]
+    ) -> list[Found]:
+        """Match accepted ``events`` (archived already, at ingest positions ``seqs``): the rule graph, the
+        live-and-archived workers, then the watermark advance; late refusals and failed statements are reported in
+        ``res``. Returns the results."""
         rt = self.rt
         found: list[Found] = []
         if rt.workers_active():
-            rt.offer(events)
+            rt.offer(events, seqs)
         graph = rt.graph
         if graph.nodes:
             found.extend(Found(int(name), m) for name, m in graph.push_batch(events))

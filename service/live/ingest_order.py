@@ -50,6 +50,9 @@ class IngestOrder:
         """The last request's ``ingested_at``, int us."""
         self.floor = 1
         """The first position the index knows (events before it are in no bucket)."""
+        self.last_noted: int | None = None
+        """The last position noted (:meth:`note`): the event being processed; a derived event, which has no position
+        of its own, is offered to live-and-archived workers at it (its inputs lie at or before it)."""
         self._buckets: list[_Bucket] = []
 
     def resume_after(self, last_seq: int | None, last_stamp: int | None) -> None:
@@ -80,6 +83,7 @@ class IngestOrder:
         ends = [e.ts_end for e in events]
         if not ends:
             return
+        self.last_noted = first_seq + len(ends) - 1
         top = max(ends)
         now = time.monotonic()
         last = self._buckets[-1] if self._buckets else None

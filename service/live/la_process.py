@@ -1,7 +1,7 @@
 """A live-and-archived query in a process of its own: no GIL shared with ingest (issue 12).
 
 :class:`ProcessWorker` offers the service what :class:`~service.live.live_archived.LiveArchivedWorker`
-offers (``offer``, ``call``, ``stop``, ``resume_from_us``, ``stats``) and runs that very worker, the
+offers (``offer``, ``call``, ``stop``, ``acked``, ``stats``) and runs that very worker, the
 query's runner (ALAA, LLAA, OLLAA or SLLAA, 001 section 4) and its deferred archive requests in a
 child process started with the ``spawn`` context (no fork of a process that holds a JVM gateway,
 SQLite connections and threads). What stays in the service process:
@@ -24,18 +24,25 @@ SQLite connections and threads). What stays in the service process:
   request, then ``P_A`` matching and the joins) is one synchronous call, the same the in-thread worker and the
   engine run; splitting it into a request and a continuation would change every algorithm for what a blocked
   thread gives (no CPU, a stack; the pool starts them only as requests wait). The guarantees are the worker's:
-  a request's results are committed before it leaves ``in_flight`` (so ``resume_from_us`` never passes them),
+  a request's results are committed before its live instances leave the query's ledger (so no acknowledged
+  position passes them),
   whatever order the answers come back in (each instance's join is its own); a failed read raises in its
   thread, which retries as before. The scheduler still bounds the real reads (``LACE_LA_LOOKUP_WORKERS``).
 - **Results.** The child sends each batch of results (``Match.to_json()`` documents) with a
   ``record`` message and waits for the answer: the service commits them with their outbox rows in
   one transaction, shared with the other queries' results waiting then (:meth:`service.live.results.Results.submit`,
   a group commit; de-duplicated by (query, event ids)) before
-  the child forgets the request, so ``resume_from_us`` never passes an uncommitted result and a
+  the child forgets the request, so no acknowledged position passes an uncommitted result and a
   SIGKILL loses nothing (the restart replays from there; duplicates are dropped).
+- **Positions.** The child acknowledges with an ``("ack", last_seq, need)`` message after each batch it matched
+  and each request whose results were committed (:meth:`LiveArchivedWorker._ack`: the last ingest position it
+  matched and the smallest its unfinished work needs, from the query's ledger); the service keeps the last one
+  (:attr:`ProcessWorker.acked`) and the checkpoint writes it. The service never asks the child for a position,
+  so a busy or starting child cannot be read as "nothing pending": its last acknowledgement stands.
 
 Ingest hands a batch over with a queue append (:meth:`ProcessWorker.offer`); a sender thread pickles
-it as ``(id, type, ts, attrs)`` tuples onto the pipe. Messages are tuples, the first item their kind;
+it as ``(id, type, ts, attrs)`` tuples onto the pipe, with the events' ingest positions. Messages are tuples, the
+first item their kind;
 requests carry an id and get a ``("reply", id, ok, value)``. The child exits when the pipe closes
 (the service stopped or was killed); it ignores SIGINT and SIGTERM (a signal to the process group):
 the service stops it on purpose when it shuts down.
@@ -53,7 +60,7 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -66,12 +73,12 @@ from engine.live_archived.plan import LiveArchivedPlan, Range
 from engine.live_archived.source import Ranges
 from engine.match import Match
 from service.live.archive_scheduler import MAX_BATCH, ArchiveScheduler
-from service.live.live_archived import RestartBound
 
 log = logging.getLogger(__name__)
 
 STATS_TIMEOUT_S = 1.0
-"""How long ``stats``/``resume_from_us`` wait for the child before answering with the last values."""
+"""How long ``stats`` waits for the child before answering with the last counters (positions never wait: they
+come from the child's acknowledgements, :attr:`ProcessWorker.acked`)."""
 REQUESTS_IN_FLIGHT = MAX_BATCH
 """Default bound on one query's archive requests at the scheduler at once (:attr:`ChildSpec.requests_in_flight`):
 the scheduler's ``MAX_BATCH``, so one query alone can fill a read."""
@@ -245,7 +252,10 @@ class ProcessWorker:
         self._last_stats: dict[str, Any] = {}
         self._answered_sent = 0
         """:attr:`sent` when the child was asked for ``_last_stats`` (the pipe is in order: it had read them)."""
-        self.restart = RestartBound(plan)
+        self.acked: tuple[int, int] | None = None
+        """The child's last acknowledgement (:meth:`LiveArchivedWorker._ack`): (the last ingest position it
+        matched, the smallest position its unfinished work needs); None until it has sent one. Only what the child
+        said: while it is busy, starting or gone, the last one stands."""
         self._calls: dict[int, Callable[[], None]] = {}
         self._call_ids = itertools.count(1)
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -262,15 +272,17 @@ class ProcessWorker:
 
     # ------------------------------------------------------------------ what the runtime calls
 
-    def offer(self, events: list[Event], watermark_us: int | None, *, idle: bool = False) -> None:
-        """Hand over accepted events (already archived), the query's watermark and whether its types are all idle
-        or ended (see :meth:`LiveArchivedWorker.offer`): a queue append."""
+    def offer(
+        self, events: list[Event], watermark_us: int | None, *, seqs: Sequence[int | None] | None = None,
+        upto: int | None = None, idle: bool = False,
+    ) -> None:
+        """Hand over accepted events (already archived) with their ingest positions ``seqs``, the query's watermark
+        and whether its types are all idle or ended (see :meth:`LiveArchivedWorker.offer`): a queue append."""
         at = time.time()
-        self.restart.offered(events)
         with self._unsent_lock:
             self.unsent += len(events)
             self._unsent_at.append(at)
-        self._outbox.put((events, watermark_us, at, idle))
+        self._outbox.put((events, seqs, upto, watermark_us, at, idle))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` (on a thread of the service) once the child has matched everything offered before it."""
@@ -304,16 +316,6 @@ class ProcessWorker:
             self.proc.terminate()
             self.proc.join(timeout=5)
         self.chan.conn.close()
-
-    def resume_from_us(self) -> int | None:
-        """See :meth:`LiveArchivedWorker.resume_from_us` (the child's; the last one when it is slow to answer)."""
-        value = None
-        if self.ready.is_set():  # before: still spawning, what was offered bounds it (RestartBound)
-            try:
-                value = self.chan.request("resume").result(timeout=STATS_TIMEOUT_S)
-            except Exception:  # noqa: BLE001 - busy or gone: the last value is still a safe bound
-                pass
-        return self.restart.answer(value)
 
     def stats(self) -> dict[str, Any]:
         """The child's :meth:`LiveArchivedWorker.stats`; ``backlog_events`` includes events not sent yet and,
@@ -368,8 +370,8 @@ class ProcessWorker:
                 if item[0] == "call":
                     self.chan.send(item)
                     continue
-                events, wm, at, idle = item
-                self.chan.send(("events", encoded_rows(events), wm, at, idle))
+                events, seqs, upto, wm, at, idle = item
+                self.chan.send(("events", encoded_rows(events), seqs, upto, wm, at, idle))
                 with self._unsent_lock:
                     self.unsent -= len(events)
                     self.sent += len(events)
@@ -394,6 +396,8 @@ class ProcessWorker:
             kind = msg[0]
             if kind == "reply":
                 chan.resolve(msg[1], msg[2], msg[3])
+            elif kind == "ack":  # in the pipe's order: each one at least as far as the one before
+                self.acked = (msg[1], msg[2])
             elif kind == "ready":
                 self.ready.set()
             elif kind == "rpc":
@@ -597,6 +601,12 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
     def record(_query_id: int, matches: list[Match]) -> None:
         chan.request("record", [m.to_json() for m in matches]).result()  # raises: the worker retries
 
+    def ack(last_seq: int, need: int) -> None:
+        try:
+            chan.send(("ack", last_seq, need))
+        except (OSError, ValueError):
+            pass  # the service is gone
+
     lookups = ArchiveLookups(  # one thread per request in flight (module docstring)
         spec.requests_in_flight, mergeable_in_flight=spec.mergeable_in_flight
     )
@@ -608,6 +618,7 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
         lookups=lookups,
         record=record,
         lateness_us=spec.lateness_us,
+        on_ack=ack,
     )
     source.memo_of = lambda: getattr(worker.runner, "archived_memo", None)
     control = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lace-la-control")
@@ -619,8 +630,8 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
             break  # the service is gone
         kind = msg[0]
         if kind == "events":
-            _, rows, wm, at, idle = msg
-            worker.offer([Event(*r) for r in pickle.loads(rows)], wm, offered_at=at, idle=idle)
+            _, rows, seqs, upto, wm, at, idle = msg
+            worker.offer([Event(*r) for r in pickle.loads(rows)], wm, seqs=seqs, upto=upto, offered_at=at, idle=idle)
         elif kind == "reply":
             chan.resolve(msg[1], msg[2], msg[3])
         elif kind == "rpc":
@@ -629,8 +640,7 @@ def child_main(conn: Connection, spec: ChildSpec) -> None:
                 threading.Thread(target=chan.reply, args=(rid, functools.partial(worker.settle, *args)),
                                  daemon=True).start()
                 continue
-            fn = worker.stats if what == "stats" else worker.resume_from_us
-            control.submit(chan.reply, rid, fn)
+            control.submit(chan.reply, rid, worker.stats)
         elif kind == "call":
             worker.call(functools.partial(chan.send, ("called", msg[1])))
         elif kind == "stop":

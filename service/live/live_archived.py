@@ -14,13 +14,16 @@ event ids)). The archive is read through the service's Spark session and include
 buffer: ingest archives every event before offering it, so a live instance sees every event
 ingested before its start.
 
-Restart (durability): the worker keeps ``resume_from_us``, an event time before which every live
-instance has been answered and its results committed: the smallest start among live instances in
-open subwindows and in-flight requests, and ``live_clock - span - lateness`` for the instances
-still to come. It is written to the query's row every ``LACE_LA_CHECKPOINT_S``; a restart replays
-the archive from there (``service.live.replay``), so after a SIGKILL every result is found again and
-recorded exactly once (the alerts' de-duplication drops those that were already committed). Until the runner
-has matched an event it has no bound of its own: the earliest event offered is the bound then (:class:`RestartBound`).
+Restart (durability): the worker **acknowledges** (:meth:`LiveArchivedWorker._ack`) after each batch it matched
+and after each deferred request whose results it committed: the last ingest position (``ingest_seq``) it matched
+and the smallest position the query's unfinished work still needs, read from its one ledger
+(:class:`engine.live_archived.ledger.Ledger`): every live instance enters it when the runner creates it and leaves
+it when its results are committed; the live side's partial matches need the position of the live clock minus the
+live span minus the lateness; nothing after the last position matched is needed by anything matched. The
+checkpoint (every ``LACE_LA_CHECKPOINT_S``) writes the last acknowledged need as the query's ``resume_seq``; a
+worker that has not acknowledged since holds it where it was. A restart replays the archive from there
+(:mod:`service.live.recovery`), so after a SIGKILL every result is found again and recorded exactly once (the
+alerts' de-duplication drops those that were already committed).
 """
 from __future__ import annotations
 
@@ -29,13 +32,14 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from engine.events import Event
-from engine.live_archived.base import ArchiveWork, Runner
+from engine.live_archived.base import MIN_TS, ArchiveWork, Runner
 from engine.live_archived.counters import quantile
+from engine.live_archived.ledger import Ledger
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.match import Match
 from engine.matcher import LateEventError
@@ -49,52 +53,6 @@ _STOP = object()
 MAX_DELAYS_KEPT = 10_000
 """Result delays kept per query for the percentiles (the most recent ones)."""
 RETRY_MAX_S = 30.0
-
-
-class RestartBound:
-    """A worker's restart bound (module docstring, "Restart"): its runner's last answer, or before it has one, the
-    earliest event offered.
-
-    A runner's bound comes from what it matched: its live clock and its waiting instances. Before it has matched any
-    event (a restart's replay still queued, or piped to a query process still spawning) it has none, and that read
-    as "nothing pending": the checkpoint (every ``LACE_LA_CHECKPOINT_S``) moved the query's resume position to the
-    newest event time minus its reach, past the live instances the replay was rebuilding, and a SIGKILL before their
-    results committed lost them for good (the crash suite in CI, SQLite, ``iv_la``). Until the runner answers, the
-    bound is the earliest ``ts`` (an interval's start) offered, int us UTC. Once it has answered, its last answer
-    stands while it is busy (bounds only grow) and bounds every later event too (they end after its live clock). A
-    query without a live span is unbounded: None.
-    """
-
-    def __init__(self, plan: LiveArchivedPlan) -> None:
-        self.unbounded = plan.live_span_us is None
-        self.last: int | None = None
-        """The runner's last answer (None: none yet)."""
-        self.first_ts: int | None = None
-        self.lock = threading.Lock()
-
-    def offered(self, events: list[Event]) -> None:
-        """Note ``events`` handed to the worker (their earliest ``ts`` counts until the runner answers)."""
-        if self.last is not None or not events:
-            return
-        first = min(e.ts for e in events)
-        with self.lock:
-            self.first_ts = first if self.first_ts is None else min(self.first_ts, first)
-
-    def answer(self, value: int | None) -> int | None:
-        """Take the runner's answer (None: it has none now) and return the bound (:meth:`current`)."""
-        if value is not None:
-            self.last = value
-        return self.current()
-
-    def current(self) -> int | None:
-        """The bound, int us UTC: the runner's last answer, else the earliest event offered; None when unbounded or
-        nothing was offered."""
-        if self.unbounded:
-            return None
-        if self.last is not None:
-            return self.last
-        with self.lock:
-            return self.first_ts
 
 
 class ArchiveLookups:
@@ -226,6 +184,7 @@ class LiveArchivedWorker:
         lookups: ArchiveLookups,
         record: Callable[[int, list[Match]], None],
         lateness_us: int,
+        on_ack: Callable[[int, int], None] | None = None,
     ) -> None:
         self.query_id = query_id
         self.name = name
@@ -234,6 +193,16 @@ class LiveArchivedWorker:
         self.record = record
         self.lateness_us = lateness_us
         self.runner = make_runner(self._defer)
+        self.ledger = Ledger()
+        """The query's unfinished work (:mod:`engine.live_archived.ledger`): the runner enters each live instance,
+        the worker takes it out once its results are committed."""
+        self.runner.ledger = self.ledger
+        self.on_ack = on_ack
+        """``on_ack(last_seq, need)`` after each acknowledgement (:meth:`_ack`; a query process sends it)."""
+        self.acked: tuple[int, int] | None = None
+        """The last acknowledgement: (the last position matched, the smallest position its unfinished work
+        needs); None until the worker has matched a batch with positions."""
+        self._ack_lock = threading.Lock()
         self.queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self.backlog = 0
         self.offered: collections.deque[float] = collections.deque()
@@ -248,7 +217,6 @@ class LiveArchivedWorker:
         zero = {"p50": 0.0, "p99": 0.0}
         self._last_stats: dict[str, Any] = {**self.runner.stats(), "delay_ms": {"n": 0, "event": zero, "wall": zero}}
         """What :meth:`stats` answers while the runner is busy (complete from the start: readers index every key)."""
-        self.restart = RestartBound(plan)
         self.stopped = False
         self.errors = 0
         self.failed: str | None = None
@@ -268,9 +236,20 @@ class LiveArchivedWorker:
     # ------------------------------------------------------------------ called by ingest (under its lock)
 
     def offer(
-        self, events: list[Event], watermark_us: int | None, *, offered_at: float | None = None, idle: bool = False
+        self,
+        events: list[Event],
+        watermark_us: int | None,
+        *,
+        seqs: Sequence[int | None] | None = None,
+        upto: int | None = None,
+        offered_at: float | None = None,
+        idle: bool = False,
     ) -> None:
         """Hand over accepted events (already archived) and the query's watermark; never waits.
+
+        ``seqs``: the events' ingest positions (``ingest_seq``, one per event; None: unknown), what the worker
+        acknowledges (:meth:`_ack`); ``upto``: the service's last ingest position when it offered them (every event
+        of the query's types up to it has been offered).
 
         ``offered_at``: when ingest handed them over (wall seconds, default now), the start of
         ``close_to_commit_ms`` for the requests they close. ``idle``: every type the query reads is idle or
@@ -279,11 +258,10 @@ class LiveArchivedWorker:
         completes and every pending one is answered.
         """
         at = time.time() if offered_at is None else offered_at
-        self.restart.offered(events)
         with self.counts:
             self.backlog += len(events)
             self.offered.append(at)
-        self.queue.put((events, watermark_us, at, idle))
+        self.queue.put((events, seqs, upto, watermark_us, at, idle))
 
     def call(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the worker's thread once everything offered before it is matched."""
@@ -331,7 +309,7 @@ class LiveArchivedWorker:
             if callable(item):
                 item()
                 continue
-            events, watermark, self._offered_at, idle = item
+            events, seqs, upto, watermark, self._offered_at, idle = item
             out: list[Match] = []
             started = time.thread_time()
             if self.failed is not None:  # a plug-in failed before: the query matches no more
@@ -339,6 +317,7 @@ class LiveArchivedWorker:
                     self.backlog -= len(events)
                     self.offered.popleft()
                 continue
+            self.ledger.offered(events, seqs, upto)
             try:
                 with self.guard:
                     for e in events:
@@ -362,8 +341,16 @@ class LiveArchivedWorker:
             except Exception:
                 log.exception("live-and-archived query %s failed on %d events", self.name, len(events))
             self.cpu_s += time.thread_time() - started
-            if out:
-                self._commit(out)
+            if not out or self._commit(out):
+                self.ledger.committed()  # what the runner answered in this batch is recorded
+            self.ledger.matched()
+            span = self.plan.live_span_us
+            clock = runner.live_clock
+            if span is None:  # unbounded: its partial matches may hold anything since the first event
+                self.ledger.settle_live(None)
+            else:  # no live event matched yet: no partial match, nothing before the next position
+                self.ledger.settle_live(clock - span - self.lateness_us if clock > MIN_TS else END_OF_TIME)
+            self._ack()
             with self.counts:
                 self.backlog -= len(events)
                 self.offered.popleft()
@@ -375,9 +362,12 @@ class LiveArchivedWorker:
         self.lookups.submit(self, work)
 
     def finished(self, works: list[ArchiveWork], results: list[Match]) -> None:
-        """Deferred requests are answered (pool thread): commit their results, then forget them."""
-        if results:
-            self._commit(results)
+        """Deferred requests are answered (pool thread): commit their results, then forget them (their live
+        instances leave the ledger, and the worker acknowledges again)."""
+        if results and not self._commit(results):
+            return  # stopped: nothing is recorded, nothing leaves
+        self.ledger.leave([i for w in works for i in w.instances])
+        self._ack()
         now = time.time()
         with self.counts:
             for work in works:
@@ -386,7 +376,8 @@ class LiveArchivedWorker:
                 if closed is not None:
                     self.close_to_commit_s.append(now - closed)
 
-    def _commit(self, results: list[Match]) -> None:
+    def _commit(self, results: list[Match]) -> bool:
+        """Record ``results``, retrying until it works; False when the worker stopped first (not recorded)."""
         delay = 0.5
         while not self.stopped:
             try:
@@ -396,32 +387,23 @@ class LiveArchivedWorker:
                 time.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_S)
                 continue
-            return
+            return True
+        return False
+
+    def _ack(self) -> None:
+        """Acknowledge: (the last position matched, the smallest position the query's unfinished work needs,
+        :meth:`Ledger.need`), kept in :attr:`acked` and handed to ``on_ack``. Nothing before a batch with
+        positions was matched."""
+        with self._ack_lock:
+            need = self.ledger.need()
+            last = self.ledger.last_seq
+            if need is None or last is None or (self.acked is not None and self.acked == (last, need)):
+                return
+            self.acked = (last, need)
+            if self.on_ack is not None:
+                self.on_ack(last, need)
 
     # ------------------------------------------------------------------ what the service reads
-
-    def resume_from_us(self) -> int | None:
-        """Event time from which a restart must replay so that no result of this query is lost.
-
-        None: unbounded (a live side without WITHIN), or nothing offered yet. When the runner is busy (waiting for
-        Spark), the last value computed is returned: it is still a safe bound (it only grows). Before the runner has
-        matched an event: the earliest offered (:class:`RestartBound`).
-        """
-        if not self.guard.acquire(timeout=0.2):
-            return self.restart.current()
-        try:
-            runner = self.runner
-            with self.counts:
-                starts = [w.earliest_start_us for w in self.in_flight.values()]
-            starts += [i.match.start for i in runner.waiting()]
-            span = self.plan.live_span_us
-            if span is None:
-                return None
-            if runner.live_clock > -(1 << 62):
-                starts.append(runner.live_clock - span - self.lateness_us)
-            return self.restart.answer(min(starts) if starts else None)
-        finally:
-            self.guard.release()
 
     def stats(self) -> dict[str, Any]:
         """The runner's counters plus the worker's: ``backlog_events`` (offered, not yet matched) and ``backlog_s``

@@ -3,7 +3,7 @@ checkpointed position in the ingest order (docs/architecture.md sections 4 and 6
 ``service.db.models.QueryRow``, its API shape is made by the query routes)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -119,15 +119,20 @@ class LiveQuery:
         """Stop what runs beside the runtime (a worker; service shut-down)."""
         self.run.close()
 
-    def offer(self, events: list[Event], watermark_us: int | None, *, idle: bool = False) -> None:
-        """Hand it ``events`` (archived already) and its watermark when it runs on a worker (the ingest path
-        feeds the rule graph); ``idle``: every type it reads is idle (``LACE_IDLE_TIMEOUT_S``) or ended."""
-        self.run.offer(self, events, watermark_us, idle)
+    def offer(
+        self, events: list[Event], watermark_us: int | None, *, seqs: Sequence[int | None], upto: int | None = None,
+        idle: bool = False,
+    ) -> None:
+        """Hand it ``events`` (archived already) with their ingest positions ``seqs`` (one per event) and its
+        watermark when it runs on a worker (the ingest path feeds the rule graph); ``upto``: the service's last
+        ingest position (every event up to it has been offered); ``idle``: every type it reads is idle
+        (``LACE_IDLE_TIMEOUT_S``) or ended."""
+        self.run.offer(self, events, seqs, upto, watermark_us, idle)
 
-    def take_replayed(self, event: Event) -> bool:
-        """Take an event the restart replay read for it; True when the rule graph must push it (else its worker
-        gets it with the others, :meth:`offer_replayed`)."""
-        return self.run.take_replayed(event)
+    def take_replayed(self, event: Event, seq: int | None) -> bool:
+        """Take an event the restart replay read for it (at ingest position ``seq``); True when the rule graph must
+        push it (else its worker gets it with the others, :meth:`offer_replayed`)."""
+        return self.run.take_replayed(event, seq)
 
     def offer_replayed(self) -> None:
         """Hand what the restart replay kept for it to its worker (nothing for a statement of the graph)."""
@@ -151,10 +156,16 @@ class LiveQuery:
         span: int | None = self.compiled.state_span_us
         return None if span is None else span + self.run.extra_span_us(self.options)
 
-    def pending_from_us(self) -> int | None:
-        """The event time of its oldest result still being worked on (a live-and-archived worker's live
-        instances waiting for the archive; None: none, or no worker). May wait 0.2 s for a busy worker."""
-        return self.run.pending_from_us()
+    @property
+    def by_acks(self) -> bool:
+        """Whether its restart position is what its worker acknowledged (a live-and-archived query:
+        :meth:`acked_position`) rather than its event-time horizon."""
+        return self.run.by_acks
+
+    def acked_position(self) -> int | None:
+        """The smallest ingest position its worker's unfinished work needs, as last acknowledged (None: no worker,
+        or nothing acknowledged yet). Never waits."""
+        return self.run.acked_position()
 
     def moved_since_checkpoint(self) -> bool:
         """Whether an event may have reached it since the last checkpoint (a worker: always)."""

@@ -2,10 +2,13 @@
 
 A statement's checkpoint is what Flink's is, a source position taken with what the state needs: its totals
 and ``resume_seq``, a position in the service's durable ingest order (:mod:`service.live.ingest_order`) from
-which replaying every event it reads, in that order, rebuilds its state. The position comes from an event-time
-horizon, the earliest event time its state may still need: its WITHIN plus lateness plus what its operators
-remember (``CompiledQuery.state_span_us``), a window's size, and for a live-and-archived query the live
-instances still waiting for the archive (its worker's ``resume_from_us``), however far back.
+which replaying every event it reads, in that order, rebuilds its state. For a statement the runtime matches
+itself, the position comes from an event-time horizon, the earliest event time its state may still need: its
+WITHIN plus lateness plus what its operators remember (``CompiledQuery.state_span_us``), a window's size. A
+live-and-archived query's position is what its worker acknowledged (:func:`acked_position`): the smallest ingest
+position its unfinished work needs, read from its ledger (:mod:`engine.live_archived.ledger`) after the worker
+matched a batch or committed a request's results; a worker that has not answered holds the position where its
+last acknowledgement put it (the checkpoint never asks it, never waits, never guesses).
 
 On restart the archive writer first replays its WAL into Delta, so every acknowledged event is in a Delta table with its
 ``ingest_seq`` and its request's ``ingested_at``. The replay reads, per event type, what some statement needs
@@ -49,6 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 TS_TYPE = pa.timestamp("us", tz="UTC")
 STATS_SLACK_US = 1_000  # Delta min/max statistics of timestamps are truncated to milliseconds
+ALL_TIME = -(1 << 62)
+"""An event time before every event, int us: the replay reads all a statement received."""
 CHECKPOINT_ROWS = 250
 """Statements' checkpoints written per transaction (:func:`checkpoint`)."""
 
@@ -66,23 +71,21 @@ class Horizon:
     unbounded: bool = False
 
 
-def horizon(rt: LiveRuntime, lq: LiveQuery, newest: int, pending: int | None) -> Horizon:
-    """The event time from which ``lq``'s state must be rebuilt, given the newest event time of its types
-    and ``pending`` (:meth:`LiveQuery.pending_from_us`), int us.
+def horizon(rt: LiveRuntime, lq: LiveQuery, newest: int) -> Horizon:
+    """The event time from which ``lq``'s state must be rebuilt, given the newest event time of its types, int us.
 
-    Its span (:meth:`LiveQuery.state_span_us`) plus its lateness; a live-and-archived query reaches back to
-    its oldest live instance still waiting for the archive too, never cut. Without a span the state is
-    unbounded and ``replay_max_us`` bounds it (an explicit loss, :func:`record_cut`).
+    Its span (:meth:`LiveQuery.state_span_us`) plus its lateness. Without a span the state is unbounded and
+    ``replay_max_us`` bounds it (an explicit loss, :func:`record_cut`). A live-and-archived query's position comes
+    from its worker's acknowledgements instead (:func:`checkpoint`); this only says what the replay limit cuts of
+    it (an unbounded live side).
     """
     need = reach_us(rt, lq)
     back = rt.replay_max_us if need is None else min(need, rt.replay_max_us)
     out = Horizon(newest - back)
     if need is None:
         out.cut_us, out.unbounded = back, True
-    elif need > back:
+    elif need > back and not lq.by_acks:
         out.cut_us = need - back
-    if pending is not None and pending < out.start_us:
-        out.start_us = pending  # a recorded live instance is never cut (issue 24 item 3)
     return out
 
 
@@ -106,6 +109,21 @@ def reach_us(rt: LiveRuntime, lq: LiveQuery, seen: frozenset[int] = frozenset())
     return span + lq.max_lateness_us + upstream
 
 
+def acked_position(rt: LiveRuntime, lq: LiveQuery, newest: int | None) -> int | None:
+    """A live-and-archived query's ``resume_seq``: the smallest ingest position its worker's unfinished work
+    needs, as the worker last acknowledged it (:meth:`LiveQuery.acked_position`); while it has acknowledged nothing
+    since it started, the position it had. Only forward. An unbounded live side (no WITHIN) is cut at
+    ``LACE_REPLAY_MAX_S`` before the newest event time ``newest`` (int us), as :func:`horizon` says."""
+    need = lq.acked_position()
+    known = lq.resume_seq
+    if need is None:
+        return known
+    pos = need if known is None else max(need, known)
+    if newest is not None and lq.state_span_us() is None:  # the one limit: logged and counted at the restart
+        pos = max(pos, rt.order.position_of(newest - rt.replay_max_us, pos))
+    return pos
+
+
 def checkpoint(rt: LiveRuntime) -> None:
     """Record each statement's checkpoint: its totals (``counters``), the position its state is rebuilt from
     (``resume_seq``) and, for a statement the runtime matches itself, the position the checkpoint is taken at
@@ -120,15 +138,16 @@ def checkpoint(rt: LiveRuntime) -> None:
     if not queries:
         return
     rows: list[tuple[LiveQuery, dict[str, Any]]] = []
-    pending = {lq.id: lq.pending_from_us() for lq in queries}  # outside the lock: a busy worker answers late
     with rt.lock:
         for lq in queries:
             if not lq.moved_since_checkpoint():
                 continue
             newest = rt.event_time.newest_of(lq.compiled.stream_types)
-            if newest is not None:
+            if lq.by_acks:
+                lq.resume_seq = acked_position(rt, lq, newest)
+            elif newest is not None:
                 known = lq.resume_seq if lq.resume_seq is not None else rt.order.floor
-                lq.resume_seq = rt.order.position_of(horizon(rt, lq, newest, pending[lq.id]).start_us, known)
+                lq.resume_seq = rt.order.position_of(horizon(rt, lq, newest).start_us, known)
             lq.note_checkpoint(rt.order.next_seq, rt.results.recorded)  # every result before it recorded
             values: dict[str, Any] = {
                 "counters": lq.totals(), "resume_seq": lq.resume_seq, "checkpoint_seq": lq.checkpoint_seq
@@ -272,7 +291,8 @@ def _scan(
             pds.field(end) >= pa.scalar(end_from, TS_TYPE)
         )
         first = end_from - (spec.max_duration_us or 0) if interval else end_from
-        if from_seq is None and (not interval or spec.max_duration_us is not None):  # date = UTC date of ts
+        if from_seq is None and end_from > ALL_TIME and (not interval or spec.max_duration_us is not None):
+            # date = UTC date of ts
             flt &= pds.field("date") >= datetime.fromtimestamp(first / 1e6, tz=UTC).strftime("%Y-%m-%d")
     if from_seq is not None and has_seq:
         by_seq = pds.field("ingest_seq") >= from_seq
@@ -384,7 +404,6 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict
     rt.ingest_path.restore(recent_ids(root, types, last_seq, rt.ingest_path.dedup_window))
     if not tops:
         return {"events": 0, "alerts": 0}
-    pending = {lq.id: lq.pending_from_us() for lq in rt.queries.values()}
     from_seq: int | None = None
     since: tuple[int, int] | None = None
     with rt.lock:
@@ -394,14 +413,17 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict
             newest = max((tops[t] for t in lq.compiled.stream_types if t in tops), default=None)
             if newest is None:
                 continue
-            h = horizon(rt, lq, newest, pending[lq.id])
+            h = horizon(rt, lq, newest)
             record_cut(rt, lq, h)
+            # a live-and-archived query without a position yet (killed before its worker's first acknowledgement
+            # was checkpointed): everything it received, its live instances may wait for any of it
+            start = ALL_TIME if lq.by_acks and not h.unbounded else h.start_us
             if lq.resume_seq is not None:
                 from_seq = lq.resume_seq if from_seq is None else min(from_seq, lq.resume_seq)
             elif since is None:
-                since = (received_from(lq), h.start_us)
+                since = (received_from(lq), start)
             else:
-                since = (min(since[0], received_from(lq)), min(since[1], h.start_us))
+                since = (min(since[0], received_from(lq)), min(since[1], start))
         wanted = {t for lq in rt.queries.values() for t in lq.compiled.stream_types}
         wanted = {t for t in wanted if t in types and t not in rt.emitters}  # derived events are derived again
     parts = [read_rows(root, types[t], from_seq=from_seq, since=since) for t in sorted(wanted)]
@@ -486,7 +508,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > received_from(lq)]
             graph_wanted = False
             for lq in takers:  # a worker keeps its events, handed over in one batch (offer_replayed)
-                graph_wanted = lq.take_replayed(e) or graph_wanted
+                graph_wanted = lq.take_replayed(e, row.seq) or graph_wanted
             if not graph_wanted or graph.filter(e) is not None:
                 continue
             names = {str(lq.id) for lq in takers}

@@ -8,11 +8,13 @@ replay and the checkpoints call :class:`~service.live.live_query.LiveQuery`'s me
 The verbs: :meth:`attach` / :meth:`detach` (start, stop: a node of the graph, or a worker the runtime offers
 events), :meth:`close` (service shut-down), :meth:`offer` (events and the watermark for a worker; the ingest path
 feeds the graph), :meth:`take_replayed` / :meth:`offer_replayed` (the restart replay), :meth:`call` (once what was
-handed over is matched), :meth:`checkpoint`, and the counters (:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
+handed over is matched), :meth:`checkpoint`, the restart position (``by_acks``: a worker's comes from its
+acknowledgements, :meth:`WorkerRun.acked_position`; the graph's from its event-time horizon), and the counters
+(:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine.detector import Detector
@@ -38,6 +40,8 @@ class GraphRun:
     """
 
     __slots__ = ("detector", "node")
+    by_acks = False
+    """Its restart position comes from its event-time horizon, not from acknowledgements."""
 
     def __init__(self, detector: Detector | None, node: Any = None) -> None:
         self.detector = detector
@@ -55,10 +59,13 @@ class GraphRun:
     def close(self) -> None:
         """Nothing runs beside the runtime."""
 
-    def offer(self, lq: LiveQuery, events: list[Event], watermark_us: int | None, idle: bool) -> None:
+    def offer(
+        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], upto: int | None,
+        watermark_us: int | None, idle: bool,
+    ) -> None:
         """Nothing: the ingest path feeds the graph."""
 
-    def take_replayed(self, event: Event) -> bool:
+    def take_replayed(self, event: Event, seq: int | None) -> bool:
         """True: the replay pushes ``event`` through the rule graph."""
         return True
 
@@ -77,8 +84,8 @@ class GraphRun:
         """Nothing beyond what the statement declares."""
         return 0
 
-    def pending_from_us(self) -> int | None:
-        """None: no result of it waits for anything."""
+    def acked_position(self) -> int | None:
+        """None: its position comes from its event-time horizon (:func:`service.live.recovery.horizon`)."""
         return None
 
     def checkpoint(self, lq: LiveQuery, next_seq: int, recorded: bool) -> None:
@@ -145,13 +152,16 @@ class WorkerRun:
     every type it reads is idle or ended (told once per quiet spell).
     """
 
-    __slots__ = ("worker", "offered_wm", "offered_idle", "replayed")
+    __slots__ = ("worker", "offered_wm", "offered_idle", "replayed", "replayed_seqs")
+    by_acks = True
+    """Its restart position is what its worker acknowledged (:meth:`acked_position`)."""
 
     def __init__(self, worker: LiveArchivedWorker | ProcessWorker) -> None:
         self.worker = worker
         self.offered_wm: int | None = None
         self.offered_idle = False
         self.replayed: list[Event] = []
+        self.replayed_seqs: list[int | None] = []
 
     def attach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
         """Be offered events (:meth:`LiveRuntime.offer`)."""
@@ -166,33 +176,42 @@ class WorkerRun:
         """Stop the worker (service shut-down)."""
         self.worker.stop()
 
-    def offer(self, lq: LiveQuery, events: list[Event], watermark_us: int | None, idle: bool) -> None:
-        """Hand the worker those of ``events`` it reads, with the watermark when it moved; when none came and
-        every type it reads is idle or ended (``idle``), tell it once per quiet spell (SLLAA closes its open
-        subwindow)."""
+    def offer(
+        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], upto: int | None,
+        watermark_us: int | None, idle: bool,
+    ) -> None:
+        """Hand the worker those of ``events`` it reads, with their ingest positions (``seqs``, one per event;
+        ``upto``: the service's last position, see :meth:`LiveArchivedWorker.offer`), and the watermark when it
+        moved; when none came and every type it reads is idle or ended (``idle``), tell it once per quiet spell
+        (SLLAA closes its open subwindow)."""
         types = lq.compiled.stream_types
-        mine = [e for e in events if e.type in types]
-        if len(mine) == len(events):  # all of them: the same list for every such query (pickled once for all)
-            mine = events
+        picked = [i for i, e in enumerate(events) if e.type in types]
+        if len(picked) == len(events):  # all of them: the same list for every such query (pickled once for all)
+            mine, mine_seqs = events, seqs
+        else:
+            mine, mine_seqs = [events[i] for i in picked], [seqs[i] for i in picked]
         idle = idle and not mine
         wm = watermark_us
         if mine or (wm is not None and (self.offered_wm is None or wm > self.offered_wm)) or (
             idle and not self.offered_idle
         ):
             self.offered_wm = wm
-            self.worker.offer(mine, wm, idle=idle)
+            self.worker.offer(mine, wm, seqs=mine_seqs, upto=upto, idle=idle)
         self.offered_idle = idle
 
-    def take_replayed(self, event: Event) -> bool:
-        """Keep ``event`` for :meth:`offer_replayed` (False: the graph need not push it for this statement)."""
+    def take_replayed(self, event: Event, seq: int | None) -> bool:
+        """Keep ``event`` (at ingest position ``seq``) for :meth:`offer_replayed` (False: the graph need not push
+        it for this statement)."""
         self.replayed.append(event)
+        self.replayed_seqs.append(seq)
         return False
 
     def offer_replayed(self) -> None:
         """Hand the worker what the replay kept for it, in one batch."""
         if self.replayed:
             events, self.replayed = self.replayed, []
-            self.worker.offer(events, None)
+            seqs, self.replayed_seqs = self.replayed_seqs, []
+            self.worker.offer(events, None, seqs=seqs)
 
     def call(self, fn: Callable[[], None]) -> None:
         """Call ``fn`` once the worker has matched what it was handed."""
@@ -207,10 +226,11 @@ class WorkerRun:
         """Its tolerance ``T_L``: live instances wait that long for their subwindow to close."""
         return options.tolerance_us or 0
 
-    def pending_from_us(self) -> int | None:
-        """The event time of its oldest live instance still waiting for the archive (None: none). May wait 0.2 s
-        for a busy worker."""
-        return self.worker.resume_from_us()
+    def acked_position(self) -> int | None:
+        """The smallest ingest position its worker's unfinished work needs, as the worker last acknowledged it
+        (None: it has acknowledged nothing yet). Never waits: a busy worker's last acknowledgement stands."""
+        acked = self.worker.acked
+        return None if acked is None else acked[1]
 
     def checkpoint(self, lq: LiveQuery, next_seq: int, recorded: bool) -> None:
         """Nothing: its worker records its results later than the events, so no position says they all are."""

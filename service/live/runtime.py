@@ -23,7 +23,7 @@ saw live. Live-and-archived results are committed by their worker when they are 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -290,8 +290,8 @@ class LiveRuntime:
         for e in events:
             self.event_time.observe(e.type, e.ts_end)
         self.metrics.events_derived.inc(len(events))
-        if self.workers_active():
-            self.offer(events)
+        if self.workers_active():  # no position of their own: the last one noted, whose processing derived them
+            self.offer(events, [self.order.last_noted] * len(events))
 
     # ------------------------------------------------------------------ live-and-archived queries
 
@@ -299,9 +299,15 @@ class LiveRuntime:
         """Whether some statement runs on a worker the runtime offers events (:attr:`offered`)."""
         return bool(self.offered)
 
-    def offer(self, events: list[Event]) -> None:
-        """Hand ``events`` (archived already) and the new watermark to every statement run by a live-and-archived
-        worker (:meth:`LiveQuery.offer`); one whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told
-        so once per quiet spell (SLLAA closes its open subwindow)."""
+    def offer(self, events: list[Event], seqs: Sequence[int | None] | None = None) -> None:
+        """Hand ``events`` (archived already) at ingest positions ``seqs`` (one per event; required when there are
+        events) and the new watermark to every statement run by a live-and-archived worker
+        (:meth:`LiveQuery.offer`); one whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told so once
+        per quiet spell (SLLAA closes its open subwindow)."""
+        positions: Sequence[int | None] = () if seqs is None else seqs
+        if len(positions) != len(events):
+            raise ValueError("every event offered needs its ingest position")
+        upto = self.order.last_noted  # under the lock: every event up to it is being or was offered
         for lq in self.offered.values():
-            lq.offer(events, self.query_watermark(lq), idle=self.event_time.idle(lq.compiled.stream_types))
+            lq.offer(events, self.query_watermark(lq), seqs=positions, upto=upto,
+                     idle=self.event_time.idle(lq.compiled.stream_types))

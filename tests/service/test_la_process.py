@@ -334,46 +334,53 @@ def test_a_warmed_query_process_imports_nothing_at_its_first_answer() -> None:
     assert done.stdout.strip() == "[]", f"imported at the first answer: {done.stdout.strip()}"
 
 
-def test_a_child_not_yet_answering_bounds_the_restart_by_the_events_it_was_offered() -> None:
-    """The crash suite lost a live-and-archived result (CI, SQLite, ``iv_la``): after a restart the replay offers
-    the query's events to a child still spawning, whose ``resume_from_us`` was None ("nothing pending"); the
-    checkpoint (every ``LACE_LA_CHECKPOINT_S``) then moved the query's resume position to the newest event time
-    minus its reach, past the live instances the replay was rebuilding; a SIGKILL before their results committed
-    lost them for good. Until the child has answered a bound of its own, the bound is the earliest event offered."""
+def test_a_child_not_yet_answering_holds_the_position_it_never_acknowledged() -> None:
+    """The crash suite lost a live-and-archived result (CI, SQLite, ``iv_la``), and so did issue 43's reproduction:
+    the position was read from the child at checkpoint time, and a child still spawning, busy, or between two
+    places an instance may be read as "nothing pending". Positions now come only from the child's
+    acknowledgements: before it has matched anything it has acknowledged nothing (the checkpoint holds the query's
+    position), and once it has, its open subwindow's instances hold the position at their first event's."""
     worker, pool = _sllaa_process_worker()
     try:
-        assert worker.resume_from_us() is None  # nothing offered: nothing to rebuild
+        assert worker.acked is None
         events = [Event(i, "pass", i * 1_000_000, {"car": i, "at": "B"}) for i in range(5, 51)]
-        worker.offer(events, None)
-        worker.offer([Event(4, "pass", 4_000_000, {"car": 4, "at": "B"})], None)  # late, still within the bound
+        worker.offer(events, None, seqs=list(range(105, 151)))
         assert not worker.ready.is_set(), "the child answered before the test asked: it proves nothing"
-        first = worker.resume_from_us()
-        assert first is not None and first <= 4_000_000
-        assert _wait(lambda: worker.ready.is_set() and worker.stats()["backlog_events"] == 0, 60)
-        after = worker.resume_from_us()  # the child's own: its instances wait in an open subwindow (T_L 1 hour)
-        assert after is not None and after <= 5_000_000  # (event 4 was late for the runner: lateness 0)
+        assert worker.acked is None  # nothing matched, nothing acknowledged: no guess
+        assert _wait(lambda: worker.acked is not None and worker.acked[0] == 150, 60)
+        assert worker.acked == (150, 105)  # its instances wait in an open subwindow (T_L 1 hour)
     finally:
         worker.stop()
         pool.shutdown()
 
 
-def test_an_in_thread_worker_busy_before_its_first_event_bounds_the_restart_by_what_it_was_offered() -> None:
+def test_an_in_thread_worker_busy_before_its_first_event_acknowledges_nothing() -> None:
     """The same rule for :class:`~service.live.live_archived.LiveArchivedWorker` (the query in the service's
-    process): offered events its runner has not matched yet bound the restart, not "nothing pending"."""
+    process): offered events its runner has not matched are not acknowledged, and then their instances hold the
+    position until their results are committed."""
     plan = compile(TEXT, {"pass": {"car": "int", "at": "string"}})
     assert isinstance(plan, LiveArchivedPlan)
     lookups = ArchiveLookups(1)
+    acks: list[tuple[int, int]] = []
     worker = LiveArchivedWorker(
         query_id=1, name="a_then_b", plan=plan, lookups=lookups, record=lambda q, m: None, lateness_us=0,
         make_runner=lambda defer: make_detector(plan, source=MemoryArchive(), algorithm="sllaa", defer=defer,
                                                 tolerance_us=3_600_000_000),
+        on_ack=lambda last, need: acks.append((last, need)),
     )  # fmt: skip
     gate = threading.Event()
     try:
         worker.call(gate.wait)  # the worker's thread waits: what is offered next is not matched
-        worker.offer([Event(i, "pass", i * 1_000_000, {"car": i, "at": "B"}) for i in range(7, 30)], None)
-        bound = worker.resume_from_us()
-        assert bound is not None and bound <= 7_000_000
+        worker.offer([Event(i, "pass", i * 1_000_000, {"car": i, "at": "B"}) for i in range(7, 30)], None,
+                     seqs=list(range(7, 30)))
+        time.sleep(0.1)
+        assert worker.acked is None and not acks
+        gate.set()
+        assert _wait(lambda: worker.acked is not None, 10)
+        assert worker.acked == (29, 7)  # the open subwindow's first instance
+        worker.offer([], 7_200_000_000, seqs=[])  # the watermark closes the subwindow: answered, committed
+        assert _wait(lambda: worker.acked is not None and worker.acked[1] == 30, 10), worker.acked
+        assert acks == sorted(acks)  # acknowledgements only move forward
     finally:
         gate.set()
         worker.stop()

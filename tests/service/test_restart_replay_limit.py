@@ -2,9 +2,10 @@
 
 Live-and-archived workers still have unanswered live instances (SLLAA, T_L = 1 hour: they wait in open
 subwindows) when the stream's event time jumps 30 days ahead; the process is SIGKILLed before they are
-answered. The restart replay must go back to the query's recorded ``resume_from_us`` (the limit of
-7 days used to clamp it to ``newest - 7 days``: nothing pending was replayed, no result came, nothing was
-logged). Every alert of the fault-free run is delivered, each idempotency key once.
+answered. The restart replay must go back to the query's recorded position (``resume_seq``: since issue 43 what
+its worker acknowledged its unfinished work needs; the limit of 7 days used to clamp it to ``newest - 7 days``:
+nothing pending was replayed, no result came, nothing was logged). Every alert of the fault-free run is delivered,
+each idempotency key once.
 """
 from __future__ import annotations
 
