@@ -5,7 +5,10 @@ PYTHON    ?= python3.11
 LACE_VENV ?= .venv
 PY        := $(LACE_VENV)/bin/python
 STAMP     := $(LACE_VENV)/.lace-installed
-PYTEST_ARGS ?= --durations=30  # the 30 slowest steps (setup, call, teardown), named at the end of the log
+TEST_WORKERS ?= 2
+# the suite on TEST_WORKERS processes, each given whole files (module fixtures stay in one process; docs/testing.md),
+# and the 30 slowest steps (setup, call, teardown) named at the end of the log
+PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=30
 BENCH_ARGS  ?= --n 100000
 
 .DEFAULT_GOAL := help

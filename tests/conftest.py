@@ -43,6 +43,36 @@ def bench_10k() -> list:
     return generate_events(10_000)
 
 
+SLOWEST_FIRST = (
+    "tests/service/test_stream_end.py",
+    "tests/service/test_derived_restart.py",
+    "tests/crash/test_crash_suite.py",
+    "tests/service/test_pm_store.py",
+    "tests/service/test_schemathesis.py",
+    "tests/stream/test_stream.py",
+    "tests/stream/test_stream_la.py",
+    "tests/stream/test_stream_archive.py",
+    "tests/crash/test_replay_start.py",
+    "tests/service/test_explain.py",
+    "tests/service/test_live_archived.py",
+    "tests/service/test_la_kill_after_post.py",
+    "tests/archive/test_extractor.py",
+    "tests/stream/test_stream_cluster.py",
+    "tests/service/test_warm_and_stop.py",
+    "tests/service/test_rules.py",
+    "tests/service/test_event_time.py",
+)
+"""The test files that take longest (docs/testing.md: each a minute or more of a two-worker run), slowest first.
+``make test`` hands whole files to its workers (``pytest -n 2 --dist loadfile``) in collection order, so these are
+collected first: a long file started last would run alone at the end while the other worker idles."""
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ARG001 (pytest's hook signature)
+    """Put the items of :data:`SLOWEST_FIRST` first, in its order; the others keep theirs (a stable sort)."""
+    rank = {path: n for n, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 def _postgres_skips(terminalreporter) -> None:
     """One line saying how many PostgreSQL tests skipped and why (no server: ``make postgres`` starts one)."""
     from tests.postgres import SKIP_REASON

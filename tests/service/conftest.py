@@ -4,7 +4,8 @@ the two databases: a SQLite file and PostgreSQL (127.0.0.1:5432, database ``test
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +43,30 @@ def database_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def service(database_kind: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    """One running service per database kind, shared by the tests that create their own types and queries."""
-    yield from run_service(database_kind, tmp_path_factory.mktemp(f"svc-{database_kind}"))
+def shared_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], ServiceProcess]]:
+    """``get(kind)``: the run's one service on a database of ``kind``, started at its first use, stopped at the end.
+
+    Both kinds stay up together: a session-scoped fixture parametrized by ``database_kind`` keeps one instance at a
+    time, so files whose tests alternate between the kinds (each file runs its sqlite tests, then its postgresql ones,
+    when ``make test`` hands whole files to its workers) stopped one service and started the other at every switch.
+    """
+    started: dict[str, ServiceProcess] = {}
+    with ExitStack() as stack:
+
+        def get(kind: str) -> ServiceProcess:
+            if kind not in started:
+                run = run_service(kind, tmp_path_factory.mktemp(f"svc-{kind}"))
+                started[kind] = next(run)
+                stack.callback(next, run, None)  # run the generator to its end: stop the service, drop the database
+            return started[kind]
+
+        yield get
+
+
+@pytest.fixture
+def service(database_kind: str, shared_services: Callable[[str], ServiceProcess]) -> ServiceProcess:
+    """The running service on ``database_kind``, shared by the tests that create their own types and queries."""
+    return shared_services(database_kind)
 
 
 @pytest.fixture
