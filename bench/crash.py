@@ -20,6 +20,9 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
   ``Stream.of_kind("update")``, counted from 0) is acknowledged;
 - ``pause``, ``resume``: SIGKILL of the group right after the n-th pause or resume of a statement
   (``POST /queries/{id}/pause``, ``/resume``; ``Stream.of_kind``, counted from 0) is acknowledged;
+- ``delay``: SIGKILL of the group a seeded wall-clock delay (0-3 s, ``delay_ms``) after the n-th batch is
+  acknowledged, whatever the service is doing then: the kill does not wait for a steady state (issue 43: a SIGKILL
+  one second after the POST that closed an SLLAA subwindow lost its result, where every named point passed);
 - ``sigterm``: a clean stop before request n (a batch, or an end call).
 
 The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
@@ -74,13 +77,14 @@ POINTS: dict[str, str] = {
     "update": "SIGKILL right after an update with state=warm (PUT /queries/{id}?state=warm) is acknowledged",
     "pause": "SIGKILL right after a pause (POST /queries/{id}/pause) is acknowledged",
     "resume": "SIGKILL right after a resume (POST /queries/{id}/resume) is acknowledged",
+    "delay": "SIGKILL 0-3 s (seeded) after a batch is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order: the service's crash points (``service.core.faults.POINTS``), then
 the harness's own."""
 CONTROL_POINTS = ("switch", "update", "pause", "resume")
 """Harness points that kill right after the n-th :class:`bench.crash_workload.Control` of their kind."""
-HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "sigterm")
+HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "delay", "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
 MARK = "LACE_CRASH_AT: pass"
 """What the service logs when a crash point fires (service/core/faults.py)."""
@@ -103,9 +107,11 @@ class Fault:
 
     point: str
     at: int
+    delay_ms: int = 0
+    """``delay``: wall milliseconds from the n-th batch's answer to the SIGKILL."""
 
     def __str__(self) -> str:
-        return f"{self.point}:{self.at}"
+        return f"{self.point}:{self.at}" + (f"+{self.delay_ms}ms" if self.point == "delay" else "")
 
 
 Alert = tuple[str, str, str, str]
@@ -376,11 +382,12 @@ class Run:
                 if not self.step(i):
                     self._gone()
                     continue
-                kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches)}
+                kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches), "delay": 0}
                 if f is not None and (
                     (f.point in kill_after and i >= kill_after[f.point] + f.at)
                     or (f.point in self.controlled and self.controlled[f.point] >= f.at)
                 ):
+                    time.sleep(f.delay_ms / 1_000)  # the service goes on meanwhile: workers, checkpoints, deliveries
                     self.svc.kill()
                     self._fired()
                     self.start()
@@ -518,6 +525,8 @@ def draw(
         return Fault(point, rng.randrange(0, 3))
     if point == "end":
         return Fault(point, rng.randrange(0, len(stream.ends)))
+    if point == "delay":
+        return Fault(point, rng.randrange(0, len(stream.batches)), rng.randrange(0, 3_001))
     if point in CONTROL_POINTS:
         return Fault(point, rng.randrange(0, max(1, len(stream.of_kind(point)))))
     lo = (setup or {}).get(point, 0) + 2 if (setup or {}).get(point) else 1
