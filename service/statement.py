@@ -54,6 +54,7 @@ from service.schemas.resources import (
     QueryUpdate,
     RuleGraphNode,
     RuleGraphPublic,
+    WorkerPlace,
 )
 
 AnyStatement = Statement | RuleStatement
@@ -315,6 +316,7 @@ def stats(lq: LiveQuery, watermark_us: int | None = None) -> QueryStats:
             errors=s["errors"],
             close_to_commit_p50_ms=s["close_to_commit_ms"]["p50"],
             close_to_commit_p99_ms=s["close_to_commit_ms"]["p99"],
+            worker=WorkerPlace(**s["worker"]) if s.get("worker") else None,
         )
     return QueryStats(
         events=m.get("events", 0),

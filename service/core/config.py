@@ -119,8 +119,18 @@ class Settings(BaseSettings):
     at once, so that one read answers many; the query's later requests wait in its process until an answer comes
     back (none is dropped). One thread of the query's process per request in flight."""
     la_process: bool = True
-    """Run each live-and-archived query (its live matcher, archived matching and joins) in a process of its
-    own, so it does not share the GIL with ingest; Spark stays in the service (``false``: a thread)."""
+    """Run the live-and-archived queries (live matchers, archived matching, joins) in the worker pool's processes
+    (``workers``), so they do not share the GIL with ingest; Spark stays in the service (``false``: threads of
+    the service)."""
+    workers: Annotated[int | None, Field(ge=1, le=256)] = None
+    """Worker processes hosting the live-and-archived queries (default: the machine's cores minus one, at least
+    one). A query goes to the worker hosting the fewest queries, ties to the lowest index."""
+    worker_backlog: Annotated[int, Field(ge=1)] = 1_000_000
+    """Events queued in the service for one worker at most (a slow worker, or one restarting after it died);
+    past it ``POST /events`` answers 503 with Retry-After and takes nothing."""
+    worker_fault: str | None = None
+    """A test fault: ``raise:<query name>:<n>`` makes that query raise on its n-th batch in its worker's first
+    start (the worker restarts; docs/operations.md)."""
     la_checkpoint_s: Annotated[float, Field(gt=0)] = 1.0
     """How often a live-and-archived query records how far back a restart must replay (wall seconds)."""
 

@@ -96,6 +96,9 @@ class Metrics:
             "lace_backfill_events_scanned", "Archived events read by succeeded backfills", registry=r
         )
         self.backfill_matches = Counter("lace_backfill_matches", "Matches found by succeeded backfills", registry=r)
+        self.worker_restarts = Counter(
+            "lace_worker_restarts", "Live-and-archived worker processes started again after they died", registry=r
+        )
         self.replayed = Counter("lace_replayed_events", "Events replayed from the archive at start", registry=r)
         self.replay_cut = Counter(
             "lace_replay_cut",

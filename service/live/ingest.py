@@ -204,6 +204,7 @@ class Ingest:
                 return res
             if not accepted:
                 return res
+            rt.workers.check_room()  # raises WorkersBusy (503): nothing is taken
             for k in pending_ids:
                 accepted[k].id = self.next_id()
             with rt.stamp_lock:

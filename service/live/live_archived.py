@@ -172,6 +172,12 @@ class LiveArchivedWorker:
         ``record(query_id, matches)``: commit results (alerts + outbox); raises when it cannot.
     lateness_us : int
         The largest allowed lateness of the query's event types, int microseconds.
+    on_ack : callable, optional
+        ``on_ack(last_seq, need)`` after each acknowledgement.
+    on_error : callable, optional
+        ``on_error(exception)`` when a batch raised (the batch is not acknowledged then).
+    fault_batch : int, optional
+        Raise on the n-th batch with events (a test fault).
     """
 
     def __init__(
@@ -185,6 +191,8 @@ class LiveArchivedWorker:
         record: Callable[[int, list[Match]], None],
         lateness_us: int,
         on_ack: Callable[[int, int], None] | None = None,
+        on_error: Callable[[BaseException], None] | None = None,
+        fault_batch: int | None = None,
     ) -> None:
         self.query_id = query_id
         self.name = name
@@ -199,6 +207,13 @@ class LiveArchivedWorker:
         self.runner.ledger = self.ledger
         self.on_ack = on_ack
         """``on_ack(last_seq, need)`` after each acknowledgement (:meth:`_ack`; a query process sends it)."""
+        self.on_error = on_error
+        """``on_error(exception)`` when matching a batch raised (not a plug-in's error): a pool worker reports it and
+        exits before the batch is acknowledged (:mod:`service.live.la_process`); without it the error is logged and
+        the worker goes on."""
+        self.fault_batch = fault_batch
+        """A test fault: raise on the n-th batch with events (``LACE_WORKER_FAULT``)."""
+        self._batches = 0
         self.acked: tuple[int, int] | None = None
         """The last acknowledgement: (the last position matched, the smallest position its unfinished work
         needs); None until the worker has matched a batch with positions."""
@@ -320,6 +335,10 @@ class LiveArchivedWorker:
             self.ledger.offered(events, seqs, upto)
             try:
                 with self.guard:
+                    if events and self.fault_batch is not None:
+                        self._batches += 1
+                        if self._batches == self.fault_batch:
+                            raise RuntimeError(f"injected fault (LACE_WORKER_FAULT) on batch {self._batches}")
                     for e in events:
                         try:
                             out += runner.push(e)
@@ -338,7 +357,10 @@ class LiveArchivedWorker:
             except PluginError as err:
                 self.failed = str(err)
                 log.error("live-and-archived query %s failed and stops matching: %s", self.name, err)
-            except Exception:
+            except Exception as err:
+                if self.on_error is not None:  # the worker ends here, this batch not acknowledged
+                    self.on_error(err)
+                    return
                 log.exception("live-and-archived query %s failed on %d events", self.name, len(events))
             self.cpu_s += time.thread_time() - started
             if not out or self._commit(out):

@@ -3,7 +3,7 @@ checkpointed position in the ingest order (docs/architecture.md sections 4 and 6
 ``service.db.models.QueryRow``, its API shape is made by the query routes)."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -118,16 +118,6 @@ class LiveQuery:
     def close(self) -> None:
         """Stop what runs beside the runtime (a worker; service shut-down)."""
         self.run.close()
-
-    def offer(
-        self, events: list[Event], watermark_us: int | None, *, seqs: Sequence[int | None], upto: int | None = None,
-        idle: bool = False,
-    ) -> None:
-        """Hand it ``events`` (archived already) with their ingest positions ``seqs`` (one per event) and its
-        watermark when it runs on a worker (the ingest path feeds the rule graph); ``upto``: the service's last
-        ingest position (every event up to it has been offered); ``idle``: every type it reads is idle
-        (``LACE_IDLE_TIMEOUT_S``) or ended."""
-        self.run.offer(self, events, seqs, upto, watermark_us, idle)
 
     def take_replayed(self, event: Event, seq: int | None) -> bool:
         """Take an event the restart replay read for it (at ingest position ``seq``); True when the rule graph must

@@ -534,3 +534,48 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             lq.mark_replayed()  # a worker's: once it has matched the replayed events
         rt.metrics.replayed.inc(len(rows))
         return len(rows), rt.results.save(found)
+
+
+def worker_replay(
+    rt: LiveRuntime, query_ids: list[int], upto: int | None
+) -> dict[int, tuple[list[Event], list[int | None]]]:
+    """What each of a restarted worker's queries needs again (:meth:`service.live.la_process.WorkerPool._restart`):
+    per query id, the events it received live (stamped after :func:`received_from`) from its acknowledged position
+    (:meth:`LiveQuery.acked_position`; everything it received when it acknowledged nothing) up to ingest position
+    ``upto`` (the last position offered before the worker died; the later ones wait in the service), in ingest
+    order, with their positions.
+
+    The archive is flushed first (the recent buffer's events become Delta rows), then read with delta-rs as the
+    restart replay reads it (:func:`read_rows`). Not replayed: derived events (``EMIT INTO``; they have no ingest
+    position), as for a statement reading a derived type at a service restart they come again only when derived.
+    Results found again are de-duplicated at commit.
+    """
+    with rt.lock:
+        lqs = [rt.queries[q] for q in query_ids if q in rt.queries]
+        needs = {lq.id: lq.acked_position() for lq in lqs}
+        specs = dict(rt.types)
+        derived = set(rt.emitters)
+    if not lqs or rt.archive is None or upto is None:
+        return {}
+    rt.archive.flush()
+    root = rt.archive.root
+    wanted = {t for lq in lqs for t in lq.compiled.stream_types if t in specs and t not in derived}
+    known = [n for n in needs.values() if n is not None]
+    from_seq = min(known) if known else None
+    unacked = [lq for lq in lqs if needs[lq.id] is None]
+    since = (min(received_from(lq) for lq in unacked), ALL_TIME) if unacked else None
+    parts = [read_rows(root, specs[t], from_seq=from_seq, since=since) for t in sorted(wanted)]
+    out: dict[int, tuple[list[Event], list[int | None]]] = {lq.id: ([], []) for lq in lqs}
+    for row in heapq.merge(*parts, key=lambda r: r.key):
+        if row.seq is None or row.seq > upto:
+            continue
+        e = row.event
+        for lq in lqs:
+            need = needs[lq.id]
+            if e.type in lq.compiled.stream_types and row.ingested_at > received_from(lq) and (
+                need is None or row.seq >= need
+            ):
+                events, seqs = out[lq.id]
+                events.append(e)
+                seqs.append(row.seq)
+    return out

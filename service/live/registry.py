@@ -24,7 +24,7 @@ from engine.detector import Detector, RuleStatement, Statement, detector_for, ma
 from engine.live_archived.base import ArchiveWork
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.options import Algorithm
-from service.live.la_process import ChildSpec, ProcessWorker
+from service.live.la_process import ChildSpec, PooledQuery, WorkerPool
 from service.live.live_archived import LiveArchivedWorker
 from service.live.live_query import LiveQuery, RunOptions
 from service.live.run import GraphRun, Run, WorkerRun
@@ -120,9 +120,10 @@ class StatementRegistry:
         opts: RunOptions,
         lateness: dict[str, int],
         common: dict[str, Any],
-    ) -> LiveArchivedWorker | ProcessWorker:
-        """The worker that runs a statement reading the archive: in a process of its own with ``la_process``,
-        else on a thread; its archive requests go to the shared lookup pool.
+    ) -> LiveArchivedWorker | PooledQuery:
+        """The worker that runs a statement reading the archive: hosted by a worker process of the pool
+        (:meth:`~service.live.la_process.WorkerPool.start`) with ``la_process``, else on a thread of the service
+        (:class:`~service.live.feeds.ThreadWorkers`).
 
         Raises ValueError when the service has no archive."""
         rt = self.rt
@@ -143,30 +144,21 @@ class StatementRegistry:
             )
 
         self.warm_source()
-        if rt.la_process and rt.scheduler is not None:  # its own process (la_process.py)
-            return ProcessWorker(
-                spec=ChildSpec(
-                    query_id=query_id, name=name, ast=compiled.ast,
-                    schemas=rt.schemas(),
-                    algorithm=opts.algorithm or Algorithm.sllaa, tolerance_us=opts.tolerance_us or 0,
-                    allowed_lateness_us=lateness, lateness_us=max_lateness,
-                    pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
-                    pm_store_url=getattr(rt.pm_store, "url", None),
-                    requests_in_flight=rt.la_requests_in_flight,
-                    mergeable_in_flight=rt.lookups.pool._max_workers, log_level=logging.getLogger().level,
-                ),
-                plan=compiled, source=source, spark_pool=rt.lookups.pool, scheduler=rt.scheduler,
-                submit=rt.results.submit,
+        types = frozenset(compiled.stream_types)
+        if isinstance(rt.workers, WorkerPool):  # a worker process of the pool (la_process.py)
+            spec = ChildSpec(
+                query_id=query_id, name=name, ast=compiled.ast, schemas=rt.schemas(),
+                algorithm=opts.algorithm or Algorithm.sllaa, tolerance_us=opts.tolerance_us or 0,
+                allowed_lateness_us=lateness, lateness_us=max_lateness,
+                pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
+                pm_store_url=getattr(rt.pm_store, "url", None), requests_in_flight=rt.la_requests_in_flight,
+                mergeable_in_flight=rt.lookups.pool._max_workers, log_level=logging.getLogger().level,
             )
-        return LiveArchivedWorker(
-            query_id=query_id,
-            name=name,
-            plan=compiled,
-            make_runner=runner,
-            lookups=rt.lookups,
-            record=rt.results.record,
-            lateness_us=max_lateness,
-        )
+            return rt.workers.start(spec, compiled)
+        return rt.workers.start(query_id, types, lambda: LiveArchivedWorker(
+            query_id=query_id, name=name, plan=compiled, make_runner=runner, lookups=rt.lookups,
+            record=rt.results.record, lateness_us=max_lateness,
+        ))
 
     def start_deferred(
         self,

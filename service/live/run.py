@@ -6,20 +6,20 @@ live-and-archived worker (:class:`WorkerRun`); every other statement is matched 
 replay and the checkpoints call :class:`~service.live.live_query.LiveQuery`'s methods and never ask which one it is.
 
 The verbs: :meth:`attach` / :meth:`detach` (start, stop: a node of the graph, or a worker the runtime offers
-events), :meth:`close` (service shut-down), :meth:`offer` (events and the watermark for a worker; the ingest path
-feeds the graph), :meth:`take_replayed` / :meth:`offer_replayed` (the restart replay), :meth:`call` (once what was
+events through its host, :mod:`service.live.feeds`), :meth:`close` (service shut-down), :meth:`take_replayed` /
+:meth:`offer_replayed` (the restart replay), :meth:`call` (once what was
 handed over is matched), :meth:`checkpoint`, the restart position (``by_acks``: a worker's comes from its
 acknowledgements, :meth:`WorkerRun.acked_position`; the graph's from its event-time horizon), and the counters
 (:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from engine.detector import Detector
 from engine.events import Event
-from service.live.la_process import ProcessWorker
+from service.live.la_process import PooledQuery
 from service.live.live_archived import LiveArchivedWorker
 
 if TYPE_CHECKING:
@@ -58,12 +58,6 @@ class GraphRun:
 
     def close(self) -> None:
         """Nothing runs beside the runtime."""
-
-    def offer(
-        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], upto: int | None,
-        watermark_us: int | None, idle: bool,
-    ) -> None:
-        """Nothing: the ingest path feeds the graph."""
 
     def take_replayed(self, event: Event, seq: int | None) -> bool:
         """True: the replay pushes ``event`` through the rule graph."""
@@ -148,18 +142,18 @@ class WorkerRun:
     process): the runtime offers it the events of its types and the watermark; the worker records its results
     itself, when the archive has answered (later than the events).
 
-    ``worker``: the worker; ``offered_wm``: the watermark last offered to it; ``offered_idle``: it was told that
-    every type it reads is idle or ended (told once per quiet spell).
+    ``worker``: the worker (:class:`QueryWorker`): a :class:`~service.live.live_archived.LiveArchivedWorker` on a
+    thread of the service, or a query hosted by a worker process of the pool
+    (:class:`~service.live.la_process.PooledQuery`). The runtime offers the events of every ingested batch to the
+    host (:meth:`LiveRuntime.offer`, :mod:`service.live.feeds`), not to the run.
     """
 
-    __slots__ = ("worker", "offered_wm", "offered_idle", "replayed", "replayed_seqs")
+    __slots__ = ("worker", "replayed", "replayed_seqs")
     by_acks = True
     """Its restart position is what its worker acknowledged (:meth:`acked_position`)."""
 
-    def __init__(self, worker: LiveArchivedWorker | ProcessWorker) -> None:
+    def __init__(self, worker: LiveArchivedWorker | PooledQuery) -> None:
         self.worker = worker
-        self.offered_wm: int | None = None
-        self.offered_idle = False
         self.replayed: list[Event] = []
         self.replayed_seqs: list[int | None] = []
 
@@ -170,34 +164,11 @@ class WorkerRun:
     def detach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
         """Be offered nothing more; stop the worker."""
         rt.offered.pop(lq.id, None)
-        self.worker.stop()
+        rt.workers.remove(lq.id)
 
     def close(self) -> None:
         """Stop the worker (service shut-down)."""
         self.worker.stop()
-
-    def offer(
-        self, lq: LiveQuery, events: list[Event], seqs: Sequence[int | None], upto: int | None,
-        watermark_us: int | None, idle: bool,
-    ) -> None:
-        """Hand the worker those of ``events`` it reads, with their ingest positions (``seqs``, one per event;
-        ``upto``: the service's last position, see :meth:`LiveArchivedWorker.offer`), and the watermark when it
-        moved; when none came and every type it reads is idle or ended (``idle``), tell it once per quiet spell
-        (SLLAA closes its open subwindow)."""
-        types = lq.compiled.stream_types
-        picked = [i for i, e in enumerate(events) if e.type in types]
-        if len(picked) == len(events):  # all of them: the same list for every such query (pickled once for all)
-            mine, mine_seqs = events, seqs
-        else:
-            mine, mine_seqs = [events[i] for i in picked], [seqs[i] for i in picked]
-        idle = idle and not mine
-        wm = watermark_us
-        if mine or (wm is not None and (self.offered_wm is None or wm > self.offered_wm)) or (
-            idle and not self.offered_idle
-        ):
-            self.offered_wm = wm
-            self.worker.offer(mine, wm, seqs=mine_seqs, upto=upto, idle=idle)
-        self.offered_idle = idle
 
     def take_replayed(self, event: Event, seq: int | None) -> bool:
         """Keep ``event`` (at ingest position ``seq``) for :meth:`offer_replayed` (False: the graph need not push

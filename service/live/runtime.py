@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -43,10 +44,11 @@ from service.db.session import now_us
 from service.live.applying_lock import ApplyingLock
 from service.live.archive_scheduler import ArchiveScheduler, BatchSource
 from service.live.event_time import EventTime
+from service.live.feeds import ThreadWorkers
 from service.live.gauges import refresh_gauges
 from service.live.ingest import Ingest, IngestResult
 from service.live.ingest_order import IngestOrder
-from service.live.la_process import REQUESTS_IN_FLIGHT
+from service.live.la_process import REQUESTS_IN_FLIGHT, WORKER_BACKLOG, WorkerPool, default_workers
 from service.live.live_archived import ArchiveLookups
 from service.live.live_query import LiveQuery, RunOptions
 from service.live.outbox import Found
@@ -89,8 +91,16 @@ class LiveRuntime:
     lookup_workers : int
         Archive requests of live-and-archived queries that run at once.
     requests_in_flight : int
-        Archive requests of one live-and-archived query run in a process of its own at the scheduler at once
+        Archive requests of one live-and-archived query at the scheduler at once
         (``LACE_LA_REQUESTS_IN_FLIGHT``; :class:`~service.live.la_process.ChildSpec`).
+    la_process : bool
+        Run live-and-archived queries in the worker pool (else on threads of the service).
+    workers : int, optional
+        Worker processes of the pool (``LACE_WORKERS``; default the cores minus one, at least one).
+    worker_backlog : int
+        Events queued for one worker at most (``LACE_WORKER_BACKLOG``); ingest answers 503 past it.
+    worker_fault : str, optional
+        ``LACE_WORKER_FAULT`` (tests): ``raise:<query name>:<n>``.
     """
 
     def __init__(
@@ -111,12 +121,15 @@ class LiveRuntime:
         limits: QueryLimits | None = None,
         replay_max_us: int = 7 * 86_400_000_000,
         la_process: bool = False,
+        workers: int | None = None,
+        worker_backlog: int = WORKER_BACKLOG,
+        worker_fault: str | None = None,
     ) -> None:
         self.sessions = sessions
         self.la_process = la_process
+        """Run the live-and-archived queries in the worker pool's processes (``LACE_LA_PROCESS``), else on threads."""
         self.la_requests_in_flight = requests_in_flight
-        """Archive requests of one query process at the scheduler at once (``LACE_LA_REQUESTS_IN_FLIGHT``)."""
-        """Run each live-and-archived query in a process of its own (``LACE_LA_PROCESS``)."""
+        """Archive requests of one query at the scheduler at once (``LACE_LA_REQUESTS_IN_FLIGHT``)."""
         self.metrics = metrics
         self.archive = archive
         self.source = source
@@ -126,7 +139,7 @@ class LiveRuntime:
         self.scheduler = ArchiveScheduler(
             cast("BatchSource", source), lookup_workers, metrics.archive_request_seconds.observe
         ) if source is not None and hasattr(source, "extract_tables") else None
-        """Reads the archive for every live-and-archived query run in a process of its own, batched (issue 25)."""
+        """Reads the archive for every live-and-archived query run in the worker pool, batched (issue 25)."""
         self.lock = ApplyingLock()
         """Held by ingest for a whole request and by every change of the running statements; a change that
         needs no answer from the running state is deferred to its holder
@@ -164,6 +177,21 @@ class LiveRuntime:
         self.replaying = False
         """True while the restart replay advances the statements (the derived events it derives again are archived
         already, but for those a crash kept from the archive: :func:`service.live.recovery.not_archived`)."""
+        self.workers: WorkerPool | ThreadWorkers
+        """Where the live-and-archived queries run (:meth:`offer` hands it each batch once): the worker pool
+        (``LACE_WORKERS`` processes, :class:`~service.live.la_process.WorkerPool`) or, without ``la_process`` or a
+        scheduler, threads of the service (:class:`~service.live.feeds.ThreadWorkers`)."""
+        if la_process and self.scheduler is not None:
+            from service.live.recovery import worker_replay
+
+            self.workers = WorkerPool(
+                workers=workers or default_workers(), source=source, spark_pool=self.lookups.pool,
+                scheduler=self.scheduler, submit=self.results_submit, lock=self.lock,
+                position=lambda: self.order.last_noted, replay=lambda ids, upto: worker_replay(self, ids, upto),
+                backlog=worker_backlog, on_restart=metrics.worker_restarts.inc, fault=worker_fault,
+            )
+        else:
+            self.workers = ThreadWorkers()
         self.registry = StatementRegistry(self)
         """Starts and stops the statements' runs (:mod:`service.live.registry`)."""
         self.results = Results(sessions=sessions, metrics=metrics, queries=self.queries, lock=self.lock)
@@ -216,6 +244,7 @@ class LiveRuntime:
         with self.lock:
             for lq in list(self.queries.values()):
                 lq.close()
+        self.workers.close()
         self.lookups.close()
         if self.scheduler is not None:
             self.scheduler.close()
@@ -308,6 +337,13 @@ class LiveRuntime:
         if len(positions) != len(events):
             raise ValueError("every event offered needs its ingest position")
         upto = self.order.last_noted  # under the lock: every event up to it is being or was offered
-        for lq in self.offered.values():
-            lq.offer(events, self.query_watermark(lq), seqs=positions, upto=upto,
-                     idle=self.event_time.idle(lq.compiled.stream_types))
+        marks = {
+            lq.id: (self.query_watermark(lq), self.event_time.idle(lq.compiled.stream_types))
+            for lq in self.offered.values()
+        }
+        self.workers.offer(events, positions, upto, marks)
+
+    def results_submit(self, query_id: int, matches: list[Any]) -> Future[None]:
+        """Queue a worker's results for the group commit (:meth:`service.live.results.Results.submit`; bound late:
+        the results are made after the pool)."""
+        return self.results.submit(query_id, matches)

@@ -298,6 +298,16 @@ class Delays(BaseModel):
     wall_p99_ms: float
 
 
+class WorkerPlace(BaseModel):
+    """The worker process of the pool hosting a live-and-archived query (docs/architecture.md section 3)."""
+
+    index: int = Field(description="The worker's index in the pool (0 .. LACE_WORKERS - 1).")
+    pid: int | None = Field(None, description="Its process id now (null: not started).")
+    alive: bool
+    restarts: int = Field(description="Times the worker was started again after it died (since the service started).")
+    queries: int = Field(description="Live-and-archived queries it hosts.")
+
+
 class LiveArchivedStats(BaseModel):
     """What a live-and-archived query's algorithm has done since it last started (001 section 4)."""
 
@@ -336,6 +346,10 @@ class LiveArchivedStats(BaseModel):
         "(LACE_IDLE_TIMEOUT_S) or ended."
     )
     delay: Delays
+    worker: WorkerPlace | None = Field(
+        None, description="The pool's worker process hosting it; null when it runs on a thread of the service "
+        "(LACE_LA_PROCESS=false)."
+    )
     ollaa_mode: str | None = Field(None, description="OLLAA: live (live drives) or archive (archive drives).")
     sel_live: float | None = Field(None, description="OLLAA: Sel_PL at the last decision.")
     sel_archived: float | None = Field(None, description="OLLAA: Sel_PA at the last decision.")

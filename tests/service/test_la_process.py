@@ -1,4 +1,5 @@
-"""The live-and-archived worker process (service/live/la_process.py): what its stats say while the child is busy."""
+"""The live-and-archived worker pool (service/live/la_process.py): one query in a worker process, what its stats say
+while the worker is busy, its archive requests and acknowledgements; the batch's columnar encoding."""
 from __future__ import annotations
 
 import threading
@@ -13,7 +14,7 @@ from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.live_archived.source import MemoryArchive
 from service.live.archive_scheduler import ArchiveScheduler
-from service.live.la_process import ChildSpec, ProcessWorker
+from service.live.la_process import ChildSpec, PooledQuery, WorkerPool
 from service.live.live_archived import ArchiveLookups, LiveArchivedWorker
 
 TEXT = """NAME a_then_b
@@ -24,6 +25,43 @@ JOIN p.car = q.car
 """
 
 
+class PoolQuery:
+    """One query in a pool of one worker process, as these tests drive it: batches offered with its watermark."""
+
+    def __init__(self, spec: ChildSpec, plan: LiveArchivedPlan, source: Any, scheduler: Any, submit: Any) -> None:
+        self.spark = ThreadPoolExecutor(max_workers=1)
+        self.pool = WorkerPool(
+            workers=1, source=source, spark_pool=self.spark, scheduler=scheduler, submit=submit,
+            lock=threading.RLock(), position=lambda: None, replay=lambda ids, upto: {},
+        )
+        self.q: PooledQuery = self.pool.start(spec, plan)
+        self.slot = self.q.slot
+
+    def offer(self, events: list[Event], watermark_us: int | None, *, seqs: list[int] | None = None) -> None:
+        self.pool.offer(events, seqs if seqs is not None else [None] * len(events), None,
+                        {self.q.query_id: (watermark_us, False)})
+
+    @property
+    def ready(self) -> threading.Event:
+        assert self.slot.child is not None
+        return self.slot.child.ready
+
+    @property
+    def unsent(self) -> int:
+        return self.slot.unsent
+
+    @property
+    def acked(self) -> tuple[int, int] | None:
+        return self.q.acked
+
+    def stats(self) -> dict[str, Any]:
+        return self.q.stats()
+
+    def stop(self) -> None:
+        self.pool.close()
+        self.spark.shutdown()
+
+
 def _done(_: Any = None) -> Future[None]:
     """A committed submission (what :meth:`service.live.results.Results.submit` gives once it committed)."""
     fut: Future[None] = Future()
@@ -31,7 +69,7 @@ def _done(_: Any = None) -> Future[None]:
     return fut
 
 
-def _sllaa_process_worker() -> tuple[ProcessWorker, ThreadPoolExecutor]:
+def _sllaa_process_worker() -> tuple[PoolQuery, ThreadPoolExecutor]:
     """``a_then_b`` under SLLAA (T_L 1 hour) in a query process over an empty archive, and its Spark pool."""
     plan = compile(TEXT, {"pass": {"car": "int", "at": "string"}})
     assert isinstance(plan, LiveArchivedPlan)
@@ -40,9 +78,7 @@ def _sllaa_process_worker() -> tuple[ProcessWorker, ThreadPoolExecutor]:
         algorithm="sllaa", tolerance_us=3_600_000_000, allowed_lateness_us={}, lateness_us=0,
     )  # fmt: skip
     pool = ThreadPoolExecutor(max_workers=1)
-    worker = ProcessWorker(spec=spec, plan=plan, source=MemoryArchive(), spark_pool=pool,
-                           scheduler=ArchiveScheduler(MemoryArchive(), 1),  # type: ignore[arg-type]
-                           submit=lambda q, m: _done())
+    worker = PoolQuery(spec, plan, MemoryArchive(), ArchiveScheduler(MemoryArchive(), 1), lambda q, m: _done())
     return worker, pool
 
 
@@ -104,8 +140,7 @@ def test_the_child_names_the_archived_pattern_in_its_archive_requests() -> None:
     )  # fmt: skip
     pool = ThreadPoolExecutor(max_workers=1)
     scheduler = ArchiveScheduler(source, 1)
-    worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool, scheduler=scheduler,
-                           submit=lambda q, m: _done(found.extend(m)))
+    worker = PoolQuery(spec, plan, source, scheduler, lambda q, m: _done(found.extend(m)))
     try:
         worker.offer([Event(2, "pass", 2_000_000, {"car": 7, "at": "B"})], 3_000_000)
         deadline = time.monotonic() + 60
@@ -157,7 +192,7 @@ def _ranges_of(request: Any, key: int) -> list[tuple[int, int]]:
     return list(request.ranges) if request.keys is None or key in request.keys else []
 
 
-def _llaa_worker(source: GatedSource, in_flight: int, found: list) -> tuple[ProcessWorker, ArchiveScheduler, Any]:
+def _llaa_worker(source: GatedSource, in_flight: int, found: list) -> tuple[PoolQuery, ArchiveScheduler, Any]:
     schemas = {"pass": {"car": "int", "at": "string"}}
     plan = compile(TEXT, schemas)
     assert isinstance(plan, LiveArchivedPlan)
@@ -167,8 +202,7 @@ def _llaa_worker(source: GatedSource, in_flight: int, found: list) -> tuple[Proc
     )  # fmt: skip
     pool = ThreadPoolExecutor(max_workers=1)
     scheduler = ArchiveScheduler(source, 1)
-    worker = ProcessWorker(spec=spec, plan=plan, source=source, spark_pool=pool, scheduler=scheduler,
-                           submit=lambda q, m: _done(found.extend(m)))
+    worker = PoolQuery(spec, plan, source, scheduler, lambda q, m: _done(found.extend(m)))
     return worker, scheduler, pool
 
 
@@ -385,3 +419,68 @@ def test_an_in_thread_worker_busy_before_its_first_event_acknowledges_nothing() 
         gate.set()
         worker.stop()
         lookups.close()
+
+
+def test_a_batch_crosses_in_columns_and_comes_back_the_same_events() -> None:
+    """:func:`encode_batch` / :func:`decode_batch`: one Arrow stream per event type, the events back in batch order
+    with their positions and the batch's index by type; values Arrow would change (an int among floats, mixed kinds,
+    events of one type with different attributes) come back exactly too."""
+    from service.live.la_process import decode_batch, encode_batch
+
+    events = [
+        Event(1, "pass", 10, {"car": 7, "at": "A"}),
+        Event(2, "speed", 11, {"v": 1.5, "w": 3}),
+        Event(3, "pass", 12, {"car": 8, "at": None}),
+        Event(4, "speed", 13, {"v": 2, "w": "x"}),
+        Event(5, "odd", 14, {"a": 1}),
+        Event(6, "odd", 15, {"b": True}, 20),
+    ]
+    seqs = [100, 101, None, 103, 104, 105]
+    got, got_seqs, index = decode_batch(encode_batch(events, seqs))
+    assert [(e.id, e.type, e.ts, e.ts_end, e.attrs) for e in got] == [
+        (e.id, e.type, e.ts, e.ts_end, e.attrs) for e in events
+    ]
+    assert [type(e.attrs["v"]) for e in got if e.type == "speed"] == [float, int]
+    assert got_seqs == seqs and index == {"pass": [0, 2], "speed": [1, 3], "odd": [4, 5]}
+
+
+def test_a_worker_feeds_each_query_only_the_events_of_its_types() -> None:
+    """The index by event type (:class:`service.live.feeds.Feeds`): a batch of two types gives a query of one type
+    its events only, in order, with their positions; a query of both the batch as it is; a query whose types the
+    batch lacks only a watermark that moved."""
+    from service.live.feeds import Feeds
+
+    class Got:
+        def __init__(self) -> None:
+            self.calls: list[tuple[list[int], int | None, list[int | None]]] = []
+
+        def offer(self, events, watermark_us, *, seqs=None, upto=None, offered_at=None, idle=False) -> None:
+            self.calls.append(([e.id for e in events], watermark_us, list(seqs or [])))
+
+    a, both, other = Got(), Got(), Got()
+    feeds = Feeds()
+    feeds.add(1, frozenset({"a"}), a)
+    feeds.add(2, frozenset({"a", "b"}), both)
+    feeds.add(3, frozenset({"c"}), other)
+    batch = [Event(1, "a", 1, {}), Event(2, "b", 2, {}), Event(3, "a", 3, {})]
+    marks = {1: (5, False), 2: (5, False), 3: (None, False)}
+    feeds.offer(batch, [11, 12, 13], 13, marks)
+    feeds.offer([], [], 13, marks)  # nothing moved: nothing offered
+    assert a.calls == [([1, 3], 5, [11, 13])]
+    assert both.calls == [([1, 2, 3], 5, [11, 12, 13])]
+    assert other.calls == []
+
+
+def test_queries_go_to_the_least_loaded_worker_ties_to_the_lowest_index() -> None:
+    """:meth:`WorkerPool.assign`: deterministic, balanced by the number of queries hosted."""
+    pool = WorkerPool(workers=3, source=None, spark_pool=None, scheduler=None, submit=None,  # type: ignore[arg-type]
+                      lock=threading.RLock(), position=lambda: None, replay=lambda ids, upto: {})
+    placed = []
+    for qid in range(1, 6):
+        slot = pool.assign()
+        slot.queries[qid] = None  # type: ignore[assignment]
+        pool.slot_of[qid] = slot
+        placed.append(slot.index)
+    assert placed == [0, 1, 2, 0, 1]
+    pool.remove(2)  # worker 1 now hosts one query
+    assert pool.assign().index == 1

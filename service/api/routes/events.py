@@ -18,6 +18,7 @@ from fastapi import APIRouter, Query, Request, Response
 from service.api.deps import IngestKey, RuntimeDep, SettingsDep
 from service.core.errors import ApiError, clip, malformed_json
 from service.live.events import BodyError, parse_body
+from service.live.feeds import WorkersBusy
 from service.schemas.alerts import EventIn, IngestResponse, QueryLate, Rejection
 from service.schemas.common import ERRORS
 from service.schemas.resources import QueryHeld
@@ -85,6 +86,10 @@ async def post_events(
         raise ApiError(413, f"{len(items)} events; at most {settings.max_events_per_request} per request", "body")
     try:
         res = await anyio.to_thread.run_sync(lambda: runtime.ingest(items, atomic=atomic))
+    except WorkersBusy as e:
+        err = ApiError(503, f"{e}; nothing was taken", "body")
+        err.headers = {"Retry-After": "1"}
+        raise err from None
     except Exception as e:
         log.exception("ingest failed")
         err = ApiError(503, f"the events could not be made durable ({type(e).__name__}); nothing was taken", "body")
