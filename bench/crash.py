@@ -23,6 +23,10 @@ for 2 s). A fault-free run gives the expected alerts; each fault run kills the s
 - ``delay``: SIGKILL of the group a seeded wall-clock delay (0-3 s, ``delay_ms``) after the n-th batch is
   acknowledged, whatever the service is doing then: the kill does not wait for a steady state (issue 43: a SIGKILL
   one second after the POST that closed an SLLAA subwindow lost its result, where every named point passed);
+- ``worker``: SIGKILL of the live-and-archived worker processes alone (the service's ``spawn`` children,
+  :mod:`service.live.la_process`), a seeded wall-clock delay (0-3 s) after the n-th batch is acknowledged; the
+  service goes on, restarts them and replays their queries from their acknowledged positions (no restart of the
+  service: this fault costs no start);
 - ``sigterm``: a clean stop before request n (a batch, or an end call).
 
 The stream's batches are followed by the end of every ingested type's stream (``POST /event-types/{name}/end``), so
@@ -78,13 +82,14 @@ POINTS: dict[str, str] = {
     "pause": "SIGKILL right after a pause (POST /queries/{id}/pause) is acknowledged",
     "resume": "SIGKILL right after a resume (POST /queries/{id}/resume) is acknowledged",
     "delay": "SIGKILL 0-3 s (seeded) after a batch is acknowledged",
+    "worker": "SIGKILL of the worker processes alone 0-3 s (seeded) after a batch is acknowledged",
     "sigterm": "SIGTERM (a clean stop) between two requests",
 }
 """The fault points, in the table's column order: the service's crash points (``service.core.faults.POINTS``), then
 the harness's own."""
 CONTROL_POINTS = ("switch", "update", "pause", "resume")
 """Harness points that kill right after the n-th :class:`bench.crash_workload.Control` of their kind."""
-HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "delay", "sigterm")
+HARNESS_POINTS = ("jump", "end", *CONTROL_POINTS, "delay", "worker", "sigterm")
 """Points the harness makes (the others are crash points inside the service)."""
 MARK = "LACE_CRASH_AT: pass"
 """What the service logs when a crash point fires (service/core/faults.py)."""
@@ -111,7 +116,7 @@ class Fault:
     """``delay``: wall milliseconds from the n-th batch's answer to the SIGKILL."""
 
     def __str__(self) -> str:
-        return f"{self.point}:{self.at}" + (f"+{self.delay_ms}ms" if self.point == "delay" else "")
+        return f"{self.point}:{self.at}" + (f"+{self.delay_ms}ms" if self.point in ("delay", "worker") else "")
 
 
 Alert = tuple[str, str, str, str]
@@ -382,8 +387,12 @@ class Run:
                 if not self.step(i):
                     self._gone()
                     continue
-                kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches), "delay": 0}
-                if f is not None and (
+                kill_after = {"jump": self.stream.jump_batch, "end": len(self.stream.batches), "delay": 0, "worker": 0}
+                if f is not None and f.point == "worker" and i >= f.at:
+                    time.sleep(f.delay_ms / 1_000)
+                    assert self.svc.proc is not None
+                    self._fired(f" ({len(kill_workers(self.svc.proc.pid))} killed)")  # the service restarts them
+                elif f is not None and (
                     (f.point in kill_after and i >= kill_after[f.point] + f.at)
                     or (f.point in self.controlled and self.controlled[f.point] >= f.at)
                 ):
@@ -406,6 +415,25 @@ class Run:
         text = self.svc.log_path.read_text(errors="replace")
         self.out.log_lines = [ln for ln in text.splitlines() if re.search(r"ERROR|WARNING|Traceback|LACE_CRASH", ln)]
         return self.out
+
+
+def kill_workers(service_pid: int) -> list[int]:
+    """SIGKILL the live-and-archived worker processes of the service ``service_pid`` (its children started by
+    ``multiprocessing``'s spawn, read from /proc); their pids."""
+    import os
+    import signal
+
+    killed = []
+    for task in Path(f"/proc/{service_pid}/task").glob("*/children"):
+        for pid in task.read_text().split():
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"spawn_main" in cmd and b"resource_tracker" not in cmd:
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(int(pid))
+    return killed
 
 
 def archived_ids(root: Path) -> dict[str, list[int]]:
@@ -525,7 +553,7 @@ def draw(
         return Fault(point, rng.randrange(0, 3))
     if point == "end":
         return Fault(point, rng.randrange(0, len(stream.ends)))
-    if point == "delay":
+    if point in ("delay", "worker"):
         return Fault(point, rng.randrange(0, len(stream.batches)), rng.randrange(0, 3_001))
     if point in CONTROL_POINTS:
         return Fault(point, rng.randrange(0, max(1, len(stream.of_kind(point)))))

@@ -32,18 +32,22 @@ PLANS = {
     # the resume of the paused LLAA query, archive requests in flight, SIGKILL 0.4 s after the batch of the 30-day
     # jump is answered (every SLLAA subwindow it closed in flight: issue 43), SIGKILL right after the jump (the
     # batch after it, and the plan switch posted with that batch); SIGTERM between the ends of s and f, SIGKILL right
-    # after the end of alarm (iv ends after the restart)
+    # after the end of alarm (iv ends after the restart); the worker processes alone killed 0.7 s after the third
+    # batch after the jump (the service restarts them, no service start)
     "sqlite": [
         Fault("ingest.after_wal", 6), Fault("update", 1), Fault("resume", 3), Fault("la.request_submitted", 3),
-        Fault("delay", STREAM.jump_batch, 400), Fault("jump", 1), Fault("sigterm", len(STREAM.batches) + 1),
+        Fault("delay", STREAM.jump_batch, 400), Fault("jump", 1), Fault("worker", STREAM.jump_batch + 3, 700),
+        Fault("sigterm", len(STREAM.batches) + 1),
         Fault("end", 2),
     ],
     # mid-plan switch (the first switch: PLAN tree running as the NFA, the choice not committed), SIGKILL right after
     # the pause of the OLLAA query (its results due recorded first), mid-delivery (after the 2xx, before the delivered
-    # mark), mid-archive flush (Delta committed, WAL not deleted), SIGTERM, SIGKILL 2.3 s after a batch is answered
+    # mark), mid-archive flush (Delta committed, WAL not deleted), SIGTERM, SIGKILL 2.3 s after a batch is answered,
+    # the worker processes alone killed 1.2 s after the last batch but one
     "postgresql": [
         Fault("plan.switch.before_commit", 1), Fault("pause", 2), Fault("webhook.after_post", 80),
         Fault("archive.flush.before_wal_delete", 8), Fault("sigterm", 15), Fault("delay", 17, 2_300),
+        Fault("worker", 19, 1_200),
     ],
 }
 
