@@ -32,6 +32,7 @@ delivered, measured per alert at the receiver), an upper bound of the p99 of the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -39,6 +40,7 @@ import random
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -251,7 +253,7 @@ def live_archived_run(args: argparse.Namespace) -> int:
     rx = Receiver()
     rx.start()
     result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
+    with _data_dir(args.keep_dir) as d:
         # an idle timeout of 5 s (default 60): after the paced part the open SLLAA subwindows close 5 s after the
         # stream goes quiet, and the stats are read then (wait_la_idle(settled=True)); a paced stream is never idle
         svc = start_service(Path(d), ["LACE_IDLE_TIMEOUT_S=5", *args.service_env])
@@ -395,6 +397,18 @@ def _cpu_since(before: dict[str, float], root: int) -> dict[str, float]:
     return {k: round(after[k] - before[k], 1) for k in after}
 
 
+@contextlib.contextmanager
+def _data_dir(keep: Path | None) -> Iterator[str]:
+    """The service's data directory: ``keep`` (created, left in place) or a temporary one (deleted)."""
+    if keep is None:
+        with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
+            yield d
+    else:
+        keep.mkdir(parents=True, exist_ok=True)
+        print(f"service data and log kept in {keep}", flush=True)
+        yield str(keep)
+
+
 def _load() -> str:
     """The 1, 5 and 15 minute load averages (what ``uptime`` prints), for the record beside each number."""
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -417,12 +431,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--live-archived", action="store_true", help="Aarhus traffic through congested_same_hour")
     ap.add_argument("--archive-days", type=float, default=7.0, help="--live-archived: days archived first")
     ap.add_argument("--queries", type=int, default=1, help="--live-archived: queries (1: (a); 10: issue 25's (b))")
+    ap.add_argument(
+        "--keep-dir", type=Path, metavar="DIR",
+        help="the service's data directory (its log serve.log, database, archive): kept after the run (default: a "
+        "temporary directory, deleted)",
+    )
     args = ap.parse_args(argv)
     if args.live_archived:
         return live_archived_run(args)
     rx = Receiver()
     rx.start()
-    with tempfile.TemporaryDirectory(prefix="lace-bench-") as d:
+    with _data_dir(args.keep_dir) as d:
         svc = start_service(Path(d), args.service_env)
         try:
             with svc.client(timeout_s=60) as c:
