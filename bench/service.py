@@ -309,6 +309,9 @@ def live_archived_run(args: argparse.Namespace) -> int:
                         "close_to_commit_p50_ms": la["close_to_commit_p50_ms"],
                         "close_to_commit_p99_ms": la["close_to_commit_p99_ms"],
                         "errors": la["errors"],
+                        # a query started failed (it raised MAX_QUERY_FAILURES times in its worker) delivers nothing
+                        "failed": stats[q].get("failed"),
+                        "worker_restarts": (la.get("worker") or {}).get("restarts", 0),
                     }
                 worst = max(v["close_to_commit_p99_ms"] for v in per_query.values())
                 result["paced"] = {
