@@ -12,7 +12,7 @@ PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=30
 BENCH_ARGS  ?= --n 100000
 
 .DEFAULT_GOAL := help
-.PHONY: help venv delta-jars postgres test test-fast demo serve bench bench-service lint check-java clean
+.PHONY: help venv delta-jars spark-cds postgres test test-fast demo serve bench bench-service lint check-java clean
 
 help:  ## list the targets
 	@echo "LACE make targets:"
@@ -37,19 +37,24 @@ $(STAMP): pyproject.toml tests/plugin_pkg/pyproject.toml $(wildcard */__init__.p
 delta-jars:  ## fetch the Delta Spark connector with Maven into .jars/ (skipped when present)
 	@$(PYTHON) deploy/fetch_delta_jars.py $(if $(CI),,--optional) >/dev/null
 
+# The Spark driver's class-data-sharing archive in the venv (archive/class_archive.py): every later driver JVM starts
+# in about a third of the CPU. Written once per venv; a failure only warns (Spark starts without it).
+spark-cds: check-java venv delta-jars  ## write the Spark driver's class archive into the venv (skipped when present)
+	@$(PY) -m archive.class_archive || true
+
 postgres:  ## install (apt-get, root) and start PostgreSQL for the tests: 127.0.0.1:5432, trust, database test
 	bash .ci/postgres.sh
 
-test: check-java venv delta-jars  ## run the whole test suite, slow tests included
+test: check-java venv delta-jars spark-cds  ## run the whole test suite, slow tests included
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: check-java venv delta-jars  ## run the tests not marked slow
+test-fast: check-java venv delta-jars spark-cds  ## run the tests not marked slow
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: check-java venv delta-jars  ## run the main job (lace demo)
+demo: check-java venv delta-jars spark-cds  ## run the main job (lace demo)
 	$(LACE_VENV)/bin/lace demo
 
-serve: venv delta-jars  ## run the REST service (lace serve; settings from LACE_* variables)
+serve: venv delta-jars spark-cds  ## run the REST service (lace serve; settings from LACE_* variables)
 	$(LACE_VENV)/bin/lace serve
 
 bench-service: venv  ## service benchmark: ingest events/s and ingest-to-webhook latency
