@@ -10,9 +10,14 @@ TEST_WORKERS ?= 2
 # and the 30 slowest steps (setup, call, teardown) named at the end of the log
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=30
 BENCH_ARGS  ?= --n 100000
+# make test-pure (issue 45): the engine's fast tests (oracle, properties, patterns) on the pure-Python modules, in a
+# copy of the checkout's files without the compiled extensions (git ls-files: *.so are ignored), on TEST_WORKERS
+PURE_DIR   ?= $(abspath build/pure)
+PURE_TESTS ?= tests/engine/test_oracle_self.py tests/engine/test_property_matcher.py \
+              tests/engine/test_property_intervals.py tests/engine/test_seed_examples.py tests/engine/test_pickles.py
 
 .DEFAULT_GOAL := help
-.PHONY: help venv delta-jars postgres test test-fast demo serve bench bench-service lint check-java clean
+.PHONY: help venv delta-jars postgres test test-pure test-fast demo serve bench bench-service lint check-java clean
 
 help:  ## list the targets
 	@echo "LACE make targets:"
@@ -40,8 +45,17 @@ delta-jars:  ## fetch the Delta Spark connector with Maven into .jars/ (skipped 
 postgres:  ## install (apt-get, root) and start PostgreSQL for the tests: 127.0.0.1:5432, trust, database test
 	bash .ci/postgres.sh
 
-test: check-java venv delta-jars  ## run the whole test suite, slow tests included
+test: check-java venv delta-jars  ## run the whole test suite, slow tests included (then the pure-Python engine's)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-pure
+
+test-pure: venv  ## the engine's oracle/property/pattern tests on the pure-Python modules (not the compiled build)
+	@rm -rf $(PURE_DIR) && mkdir -p $(PURE_DIR)
+	@git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
+	  | tar -xf - -C $(PURE_DIR)
+	@cd $(PURE_DIR) && $(abspath $(PY)) -c 'from engine.build import engine_build as b; \
+	  assert b() == "pure Python", b(); print("make test-pure: engine", b(), "from", __import__("engine").__file__)'
+	cd $(PURE_DIR) && $(abspath $(PY)) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) $(PURE_TESTS)
 
 test-fast: check-java venv delta-jars  ## run the tests not marked slow
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
