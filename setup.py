@@ -4,7 +4,8 @@
 Python source into one C extension group, as mypy and black ship. With ``LACE_PURE_PYTHON=1`` at install time, or
 when mypyc or a C compiler is missing, nothing is compiled and the same modules run as Python (``lace --version``
 and the service's start-up log say which).
-``LACE_MYPYC_OPT`` sets the C optimisation level (default 3).
+``LACE_MYPYC_OPT`` sets the C optimisation level (default 1: as fast as 2 and 3 on bench/engine.py, and the
+quickest to build; docs/benchmarks.md, "The compiled engine").
 """
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ def _ext_modules() -> list:
         print("mypyc not available: the engine stays pure Python", file=sys.stderr)
         return []
     os.chdir(HERE)  # mypycify takes paths relative to the project
-    opt = os.environ.get("LACE_MYPYC_OPT", "3")
+    opt = os.environ.get("LACE_MYPYC_OPT", "1")
     try:
         # one group, its shared library inside the package (engine/hotpath__mypyc.*.so): a top-level one would not
         # be found by an editable install's import hook
-        return mypycify(COMPILED, opt_level=opt, multi_file=False, group_name="engine.hotpath")
+        return mypycify(COMPILED, opt_level=opt, multi_file=False, group_name="engine.hotpath", debug_level="0")
     except (Exception, SystemExit) as exc:  # a type error mypyc refuses: fall back rather than fail the install
         print(f"mypyc failed ({exc}): the engine stays pure Python", file=sys.stderr)
         return []
