@@ -60,6 +60,9 @@ class Group:
         self.seq: Any = seq  # a list, or _NO_SEQ (an empty tuple): Any keeps the compiled build from checking
         self.last = last
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Group, (self.members, self.seq, self.last)
+
 
 class SharedRunState(PlanState):
     """Per-key groups: ``by_slot[j]`` holds the groups whose last bound slot is j."""
