@@ -324,6 +324,8 @@ class SparkArchiveSource:
             return 0
         rng = _clamp(range)
         key_list = None if keys is None else list(keys)
+        if rng[0] >= rng[1] or key_list == []:  # an empty range or no key: nothing to count (no Spark job)
+            return 0
         if key_list is not None and not all(t.partition_key == key_attr for t in etypes.values()):
             return len(self.extract(list(etypes), key_list, [rng], key_attr=key_attr))
         counts = self.stats.counts(list(etypes), ranges=[rng], keys=key_list)

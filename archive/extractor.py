@@ -182,8 +182,13 @@ class Extractor:
         Used by :meth:`extract` and by :mod:`archive.stats`; valid inside the ``with``
         block only (it reads temporary views).
 
-        The plan is one SQL statement: few py4j round trips, one analysis.
+        The plan is one SQL statement: few py4j round trips, one analysis. An empty ``request`` (no key, or only
+        empty ranges, e.g. OLLAA's count over ``[wm, wm)``) selects nothing: None, no statement (Spark refuses the
+        ``key IN ()`` it would hold).
         """
+        if not request:
+            yield None
+            return
         pins = self.reader.pin([t.name for t in etypes], version)
         out = output_schema(etypes)
         keyed = None not in request
