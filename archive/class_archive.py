@@ -35,13 +35,19 @@ def default_class_archive() -> Path:
     return Path(sys.prefix) / ARCHIVE_NAME
 
 
-def class_archive_setting(value: str) -> str | None:
-    """``LACE_SPARK_CDS`` -> the archive to use: a path, the default when empty, None for ``none`` or a missing file."""
+def configured_class_archive(value: str) -> Path | None:
+    """``LACE_SPARK_CDS`` -> where the archive is (or is to be written): the path given, the venv's
+    (:func:`default_class_archive`) when empty, None for ``none``."""
     value = value.strip()
     if value.lower() == "none":
         return None
-    path = Path(value) if value else default_class_archive()
-    return str(path) if path.is_file() else None
+    return Path(value) if value else default_class_archive()
+
+
+def class_archive_setting(value: str) -> str | None:
+    """``LACE_SPARK_CDS`` -> the archive a driver maps: :func:`configured_class_archive` when that file exists."""
+    path = configured_class_archive(value)
+    return str(path) if path is not None and path.is_file() else None
 
 
 def java_options(path: str) -> str:
@@ -65,7 +71,7 @@ def build(out: Path, *, timeout_s: float = 300.0) -> float:
     t0 = time.perf_counter()
     tmp = out.with_name(out.name + f".{os.getpid()}.tmp")
     base = spark_mod.SparkSettings.from_env()
-    driver = f"{spark_mod.build_conf(replace(base, class_archive=None))['spark.driver.extraJavaOptions']}"
+    driver = spark_mod.build_conf(replace(base, class_archive=None))["spark.driver.extraJavaOptions"]
     settings = replace(
         base,
         class_archive=None,
@@ -107,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help=f"default: <venv>/{ARCHIVE_NAME}")
     parser.add_argument("--force", action="store_true", help="write it again even when it exists")
     args = parser.parse_args(argv)
-    out = args.out or Path(os.environ.get("LACE_SPARK_CDS", "").strip() or default_class_archive())
+    out = args.out or configured_class_archive(os.environ.get("LACE_SPARK_CDS", ""))
+    if out is None:
+        print("Spark class archive: none (LACE_SPARK_CDS=none)")
+        return 0
     if out.is_file() and not args.force:
         print(f"Spark class archive: {out} (present)")
         return 0

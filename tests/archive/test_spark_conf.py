@@ -85,3 +85,14 @@ def test_the_driver_maps_the_class_archive_only_when_it_exists(tmp_path) -> None
     assert SparkSettings.from_env({"LACE_SPARK_CDS": "none"}).class_archive is None
     assert "SharedArchiveFile" not in build_conf(SparkSettings())["spark.driver.extraJavaOptions"]
     assert "SharedArchiveFile" not in build_conf(settings)["spark.executor.extraJavaOptions"]
+
+
+def test_no_class_archive_is_written_when_turned_off(tmp_path, monkeypatch, capsys) -> None:
+    """``LACE_SPARK_CDS=none``: ``make spark-cds`` writes nothing (it wrote a file named ``none`` before) and starts
+    no JVM."""
+    from archive.class_archive import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LACE_SPARK_CDS", "none")
+    assert main([]) == 0
+    assert "none" in capsys.readouterr().out and not list(tmp_path.iterdir())
