@@ -10,9 +10,17 @@ TEST_WORKERS ?= 2
 # and the 30 slowest steps (setup, call, teardown) named at the end of the log
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=30
 BENCH_ARGS  ?= --n 100000
+# make test-pure (issue 45): the engine's fast tests (oracle, properties, patterns) on the pure-Python modules, in a
+# copy of the checkout's files without the compiled extensions (git ls-files: *.so are ignored), on TEST_WORKERS
+PURE_DIR   ?= $(abspath build/pure)
+# (the matcher against the oracle; not the oracle's own tests, the parser's or the planner's 20 s property test)
+PURE_TESTS ?= tests/engine/test_property_matcher.py tests/engine/test_property_intervals.py \
+              tests/engine/test_seed_examples.py tests/engine/test_pickles.py \
+              --deselect tests/engine/test_property_matcher.py::test_conjunct_reordering_and_push_down_never_change_the_result \
+              --deselect tests/engine/test_property_matcher.py::test_parser_reads_the_generated_text_as_the_generated_tree
 
 .DEFAULT_GOAL := help
-.PHONY: help venv delta-jars postgres test test-fast demo serve bench bench-service lint check-java clean
+.PHONY: help venv delta-jars spark-cds postgres test test-pure test-fast demo serve bench bench-service lint check-java clean
 
 help:  ## list the targets
 	@echo "LACE make targets:"
@@ -20,8 +28,10 @@ help:  ## list the targets
 
 venv: $(STAMP)  ## create .venv (Python 3.11; LACE_VENV=dir to move it) and install LACE with dev extras
 
-# Reinstall when pyproject.toml changes or a top-level package appears (editable installs map packages at install time).
-$(STAMP): pyproject.toml tests/plugin_pkg/pyproject.toml $(wildcard */__init__.py)
+# Reinstall when pyproject.toml changes, a top-level package appears (editable installs map packages at install time)
+# or a module of the compiled engine changes (its C extension, not the .py beside it, is what Python imports).
+ENGINE_COMPILED := $(shell $(PYTHON) -c "import runpy; print(' '.join(m.replace('.', '/') + '.py' for m in runpy.run_path('engine/build.py')['COMPILED']))" 2>/dev/null)
+$(STAMP): pyproject.toml setup.py engine/build.py tests/plugin_pkg/pyproject.toml $(wildcard */__init__.py) $(ENGINE_COMPILED)
 	@if [ ! -x "$(PY)" ]; then \
 	  command -v $(PYTHON) >/dev/null 2>&1 || { echo "Python 3.11 is required ($(PYTHON) not found on PATH)" >&2; exit 1; }; \
 	  echo "creating $(LACE_VENV) with $(PYTHON)"; \
@@ -37,19 +47,33 @@ $(STAMP): pyproject.toml tests/plugin_pkg/pyproject.toml $(wildcard */__init__.p
 delta-jars:  ## fetch the Delta Spark connector with Maven into .jars/ (skipped when present)
 	@$(PYTHON) deploy/fetch_delta_jars.py $(if $(CI),,--optional) >/dev/null
 
+# The Spark driver's class-data-sharing archive in the venv (archive/class_archive.py): every later driver JVM starts
+# in about a third of the CPU. Written once per venv; a failure only warns (Spark starts without it).
+spark-cds: check-java venv delta-jars  ## write the Spark driver's class archive into the venv (skipped when present)
+	@$(PY) -m archive.class_archive || true
+
 postgres:  ## install (apt-get, root) and start PostgreSQL for the tests: 127.0.0.1:5432, trust, database test
 	bash .ci/postgres.sh
 
-test: check-java venv delta-jars  ## run the whole test suite, slow tests included
+test: check-java venv delta-jars spark-cds  ## run the whole test suite, slow tests included (then the pure-Python engine's)
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-pure
 
-test-fast: check-java venv delta-jars  ## run the tests not marked slow
+test-pure: venv  ## the engine's oracle/property/pattern tests on the pure-Python modules (not the compiled build)
+	@rm -rf $(PURE_DIR) && mkdir -p $(PURE_DIR)
+	@git ls-files -z --cached --others --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null \
+	  | tar -xf - -C $(PURE_DIR)
+	@cd $(PURE_DIR) && $(abspath $(PY)) -c 'from engine.build import engine_build as b; \
+	  assert b() == "pure Python", b(); print("make test-pure: engine", b(), "from", __import__("engine").__file__)'
+	cd $(PURE_DIR) && $(abspath $(PY)) -m pytest -p no:cacheprovider -n $(TEST_WORKERS) $(PURE_TESTS)
+
+test-fast: check-java venv delta-jars spark-cds  ## run the tests not marked slow
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
 
-demo: check-java venv delta-jars  ## run the main job (lace demo)
+demo: check-java venv delta-jars spark-cds  ## run the main job (lace demo)
 	$(LACE_VENV)/bin/lace demo
 
-serve: venv delta-jars  ## run the REST service (lace serve; settings from LACE_* variables)
+serve: venv delta-jars spark-cds  ## run the REST service (lace serve; settings from LACE_* variables)
 	$(LACE_VENV)/bin/lace serve
 
 bench-service: venv  ## service benchmark: ingest events/s and ingest-to-webhook latency

@@ -20,7 +20,8 @@ Configuration (environment, or :class:`SparkSettings` fields):
   ``native`` reader chosen (:func:`reader_choice` says which, and why).
 
 Always set: UTC everywhere (``TZ``, ``-Duser.timezone`` for driver and executors,
-``spark.sql.session.timeZone``), no UI, a raised parallel partition discovery
+``spark.sql.session.timeZone``), the driver's class archive when the venv has one (``LACE_SPARK_CDS``,
+:mod:`archive.class_archive`: a third of the JVM's start-up CPU), no UI, a raised parallel partition discovery
 threshold (explicit file lists), Parquet dictionary filtering off (the main cost
 of key lookups) and adaptive query execution off (it re-plans every small lookup).
 Local masters also bind to 127.0.0.1 and, with the Delta connector, keep a table
@@ -39,6 +40,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from archive.class_archive import class_archive_setting, java_options
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,16 +75,19 @@ class SparkSettings:
         The Delta Spark connector: a folder of JARs or one JAR (enables the ``native`` reader).
     conf : Mapping[str, str]
         Extra ``spark.*`` settings, applied last.
+    class_archive : str, optional
+        The driver JVM's class-data-sharing archive (:mod:`archive.class_archive`), mapped when given.
     """
 
     master: str = "local[*]"
     app_name: str = "lace"
     delta_jar: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
+    class_archive: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkSettings:
-        """Settings from ``LACE_SPARK_MASTER``, ``LACE_SPARK_CONF`` and ``LACE_DELTA_JAR``.
+        """Settings from ``LACE_SPARK_MASTER``, ``LACE_SPARK_CONF``, ``LACE_DELTA_JAR`` and ``LACE_SPARK_CDS``.
 
         An unset or empty ``LACE_DELTA_JAR`` means :func:`default_delta_jars`; ``none`` means no connector.
 
@@ -94,6 +100,7 @@ class SparkSettings:
             master=env.get("LACE_SPARK_MASTER") or "local[*]",
             delta_jar=_delta_jar_setting(env.get("LACE_DELTA_JAR", "")),
             conf=parse_conf(env.get("LACE_SPARK_CONF", "")),
+            class_archive=class_archive_setting(env.get("LACE_SPARK_CDS", "")),
         )
 
 
@@ -188,7 +195,9 @@ def build_conf(settings: SparkSettings) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.extraJavaOptions": _DRIVER_JAVA,
+        "spark.driver.extraJavaOptions": (
+            f"{_DRIVER_JAVA} {java_options(settings.class_archive)}" if settings.class_archive else _DRIVER_JAVA
+        ),
         "spark.executor.extraJavaOptions": _UTC_JAVA,
         "spark.executorEnv.TZ": "UTC",
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "100000",

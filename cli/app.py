@@ -108,7 +108,9 @@ def read_text(path: Path) -> str:
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"lace {metadata.version('lace')}")
+        from engine.build import engine_build
+
+        typer.echo(f"lace {metadata.version('lace')}, engine {engine_build()}")
         raise typer.Exit()
 
 

@@ -32,8 +32,11 @@ class Event:
 
     __slots__ = ("id", "type", "ts", "attrs", "ts_end")
 
+    # The defaults of id, type and ts serve only the slot-state pickles written before __reduce__: unpickling one
+    # calls ``Event.__new__(Event)``, which in the compiled build (issue 45) runs __init__ without arguments; the
+    # pickle then sets every slot (tests/engine/test_pickles.py).
     def __init__(
-        self, id: int, type: str, ts: int, attrs: dict[str, Any] | None = None, ts_end: int | None = None
+        self, id: int = 0, type: str = "", ts: int = 0, attrs: dict[str, Any] | None = None, ts_end: int | None = None
     ) -> None:
         self.id = id
         self.type = type
@@ -62,6 +65,11 @@ class Event:
         if attr == "duration":
             return self.ts_end - self.ts
         return self.attrs.get(attr)
+
+    def __setstate__(self, state: Any) -> None:
+        """Loads the slot-state pickles written before :meth:`__reduce__`: ``(None, {slot: value})``."""
+        for name, value in state[1].items():
+            setattr(self, name, value)
 
     @property
     def is_interval(self) -> bool:

@@ -34,12 +34,13 @@ class Match:
 
     __slots__ = ("query", "start", "end", "_fields", "_events", "_layout", "_env", "window_key")
 
+    # defaults for the slot-state pickles written before __reduce__ (see engine.events.Event.__init__)
     def __init__(
         self,
-        query: str | None,
-        events: dict[str, tuple[Event, ...]] | None,
-        start: int,
-        end: int,
+        query: str | None = None,
+        events: dict[str, tuple[Event, ...]] | None = None,
+        start: int = 0,
+        end: int = 0,
         fields: dict[str, Any] | None = None,
         layout: Any = None,
         env: tuple[Any, ...] | None = None,
@@ -61,6 +62,11 @@ class Match:
         return self.__class__, (
             self.query, self._events, self.start, self.end, self._fields, self._layout, self._env, self.window_key,
         )
+
+    def __setstate__(self, state: Any) -> None:
+        """Loads the slot-state pickles written before :meth:`__reduce__`: ``(None, {slot: value})``."""
+        for name, value in state[1].items():
+            setattr(self, name, value)
 
     @property
     def fields(self) -> dict[str, Any]:

@@ -64,6 +64,26 @@ def _shares_kleene_work(plan: Any, always: bool) -> bool:
     return False
 
 
+def late_reason(clock: Any, e: Event) -> str | None:
+    """:meth:`Matcher.check_late` for any ``clock`` with a matcher's ``watermark``, ``max_seen``, ``lateness``,
+    ``default_lateness`` and ``last_released`` (``lace stream`` checks lateness before any matcher runs)."""
+    if e.ts_end <= clock.watermark:
+        return f"late event {e.id} (type {e.type}): ts {e.ts_end} is at or before the watermark {clock.watermark}"
+    if clock.max_seen is not None:
+        lateness = clock.lateness.get(e.type, clock.default_lateness)
+        if e.ts_end < clock.max_seen - lateness:
+            return (
+                f"late event {e.id} (type {e.type}): ts {e.ts_end} is more than the allowed lateness "
+                f"({lateness} us) behind the newest event ts {clock.max_seen}"
+            )
+        if (e.ts_end, e.id) <= clock.last_released:
+            return (
+                f"late event {e.id} (type {e.type}): (ts, id) = ({e.ts_end}, {e.id}) is not after the last "
+                f"processed event {clock.last_released}; equal timestamps must arrive in id order"
+            )
+    return None
+
+
 class Matcher:
     """Runs one compiled query over a stream.
 
@@ -353,22 +373,7 @@ class Matcher:
 
     def check_late(self, event: Event) -> str | None:
         """Why ``event`` would be rejected as late right now, or None; changes nothing, counts nothing."""
-        e = event
-        if e.ts_end <= self.watermark:
-            return f"late event {e.id} (type {e.type}): ts {e.ts_end} is at or before the watermark {self.watermark}"
-        if self.max_seen is not None:
-            lateness = self.lateness.get(e.type, self.default_lateness)
-            if e.ts_end < self.max_seen - lateness:
-                return (
-                    f"late event {e.id} (type {e.type}): ts {e.ts_end} is more than the allowed lateness "
-                    f"({lateness} us) behind the newest event ts {self.max_seen}"
-                )
-            if (e.ts_end, e.id) <= self.last_released:
-                return (
-                    f"late event {e.id} (type {e.type}): (ts, id) = ({e.ts_end}, {e.id}) is not after the last "
-                    f"processed event {self.last_released}; equal timestamps must arrive in id order"
-                )
-        return None
+        return late_reason(self, event)
 
     def _check_late(self, e: Event) -> None:
         reason = self.check_late(e)

@@ -100,9 +100,11 @@ def _open_pm_store(settings: Settings) -> Any:
 
 def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessionmaker[Session], LiveRuntime]:
     """Open the stores and rebuild the live runtime (blocking; run in a thread)."""
+    from engine.build import engine_build
     from engine.detector import compile_statement
     from engine.lql.errors import QueryError
 
+    log.info("engine: %s", engine_build())  # the mypyc-compiled hot path or pure Python (issue 45)
     engine = make_engine(settings.sqlalchemy_url)
     sessions = make_session_factory(engine)
     _bootstrap_key(sessions, settings)

@@ -52,7 +52,7 @@ from typing import Any
 from engine.compiler import CompiledQuery
 from engine.events import Event
 from engine.live_archived.plan import LiveArchivedPlan
-from engine.matcher import Matcher
+from engine.matcher import late_reason
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 STREAM_ROOT = Path(__file__).resolve().parents[1]
@@ -140,7 +140,7 @@ def accepted_events(
     for i, e in enumerate(events):
         if e.type not in types:
             continue
-        reason = Matcher.check_late(clock, e)  # type: ignore[arg-type]
+        reason = late_reason(clock, e)
         if reason is not None:
             on_late(i, reason)
             continue

@@ -10,6 +10,12 @@ from hypothesis import settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
+# Every Spark driver a test starts (here, or in a `lace serve` / `lace stream` it spawns: they inherit the variable)
+# compiles with C1 only and collects with the serial GC. The tests' JVMs live seconds to minutes, and C2's compiler
+# threads were most of their start-up CPU (measured: 18 -> 10 CPU-s a driver, 5.7 with the class archive of
+# `make spark-cds`; docs/testing.md). What a test checks does not depend on the JIT; the service keeps Java's defaults.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 # Wall-clock deadlines make property tests flaky on loaded CI machines; example counts stay at the defaults.
 settings.register_profile("default", deadline=None)
 settings.register_profile("ci", deadline=None, print_blob=True)

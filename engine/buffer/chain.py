@@ -168,9 +168,10 @@ class ChainStorage:
                         counters.live -= 1
                     if edge or negs:
                         for p in d:
-                            if p[3] < lb:
+                            p_max_start: int = p[3]  # typed locals: the compiled build reads them unboxed
+                            if p_max_start < lb:
                                 continue
-                            pe = p[0]
+                            pe: Event = p[0]
                             if edge and not all(fn(pe, e, None) for fn in edge):
                                 continue
                             if negs and not state.edge_negations_ok(negs, pe, e):
@@ -186,7 +187,8 @@ class ChainStorage:
                     d.popleft()
                     counters.live -= 1
                 for q in d:
-                    if q[3] < lb:
+                    q_max_start: int = q[3]
+                    if q_max_start < lb:
                         continue
                     if take_edge and not all(fn(q[0], e, None) for fn in take_edge):
                         continue
@@ -221,9 +223,10 @@ class ChainStorage:
         layout = self.plan.layout
         append = out.append
         for p in preds:
-            if p[3] < lb:
+            max_start: int = p[3]  # typed locals: the compiled build reads them unboxed
+            if max_start < lb:
                 continue
-            ev = p[0]
+            ev: Event = p[0]
             if p[4]:
                 if ev.ts >= lb:
                     append(Match(name, None, ev.ts, end, None, layout, (ev,) + suffix))
@@ -233,7 +236,7 @@ class ChainStorage:
                 # all slots single: the predecessors are all slot-0 nodes, i.e. start nodes (max_start == ts)
                 tail = (ev,) + suffix
                 for q in below:
-                    first = q[0]
+                    first: Event = q[0]
                     if first.ts >= lb:
                         append(Match(name, None, first.ts, end, None, layout, (first,) + tail))
             else:

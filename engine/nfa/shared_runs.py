@@ -55,10 +55,13 @@ class Group:
 
     __slots__ = ("members", "seq", "last")
 
-    def __init__(self, members: list[Member], seq: list[Event], last: Event) -> None:
+    def __init__(self, members: list[Member], seq: Any, last: Event) -> None:
         self.members = members
-        self.seq = seq
+        self.seq: Any = seq  # a list, or _NO_SEQ (an empty tuple): Any keeps the compiled build from checking
         self.last = last
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Group, (self.members, self.seq, self.last)
 
 
 class SharedRunState(PlanState):

@@ -14,6 +14,24 @@ from engine.nfa.compiler import NegSpec, NFAPlan
 _NEVER = (-(1 << 63), -(1 << 63))
 
 
+def _fields(obj: object) -> tuple[str, ...]:
+    """The instance attributes of a slotted class: ``__mypyc_attrs__`` when compiled (issue 45), else the slots."""
+    cls = type(obj)
+    names = getattr(cls, "__mypyc_attrs__", None)
+    if names is None:
+        names = tuple(n for k in cls.__mro__ for n in k.__dict__.get("__slots__", ()))
+    return tuple(names)
+
+
+def rebuild(cls: Any, args: tuple[Any, ...], fields: dict[str, Any]) -> Any:
+    """Unpickle an engine state object: ``cls(*args)``, then ``fields`` set (``lace stream`` pickles per-key state;
+    a compiled class's ``__new__`` runs ``__init__``, so the default slot pickling cannot rebuild it)."""
+    obj = cls(*args)
+    for name, value in fields.items():
+        setattr(obj, name, value)
+    return obj
+
+
 class Pending:
     """A complete match held until its trailing negations' deadline (``first.ts + window``)."""
 
@@ -25,6 +43,9 @@ class Pending:
         self.env = env
         self.plan = plan
         self.killed = False
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return rebuild, (Pending, (self.deadline, self.last, self.env, self.plan), {"killed": self.killed})
 
 
 class PlanState:
@@ -47,6 +68,14 @@ class PlanState:
     def live(self) -> int:
         """Partial matches held in memory (overridden by each storage's state)."""
         return 0
+
+    def init_args(self) -> tuple[Any, ...]:
+        """The constructor's arguments of this state (pickling, :func:`rebuild`)."""
+        return (self.plan,)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = {name: getattr(self, name) for name in _fields(self) if name != "plan"}
+        return rebuild, (type(self), self.init_args(), fields)
 
     # ------------------------------------------------------------ recording
     def record_negations(self, e: Event) -> None:

@@ -304,6 +304,10 @@ class TreeState(PlanState):
 
     __slots__ = ("bufs", "keys", "seqs")
 
+    def init_args(self) -> tuple[Any, ...]:
+        """The constructor's arguments (pickling)."""
+        return (self.plan, len(self.bufs))
+
     def __init__(self, plan: NFAPlan, n_nodes: int) -> None:
         super().__init__(plan)
         self.bufs: list[list[Result]] = [[] for _ in range(n_nodes)]

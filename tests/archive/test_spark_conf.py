@@ -69,3 +69,30 @@ def test_driver_logs_errors_only_with_the_bundled_log4j_config() -> None:
     path = Path(opts.split("-Dlog4j2.configurationFile=file:")[1].split()[0])
     assert path.is_file() and "rootLogger.level = error" in path.read_text()
     assert "-Duser.timezone=UTC" in opts
+
+
+def test_the_driver_maps_the_class_archive_only_when_it_exists(tmp_path) -> None:
+    """``LACE_SPARK_CDS``: a file given (or the venv's) is mapped, silently ignored by a JVM that cannot use it;
+    ``none`` or a missing file starts the driver without one (archive/class_archive.py)."""
+    jsa = tmp_path / "classes.jsa"
+    assert SparkSettings.from_env({"LACE_SPARK_CDS": str(jsa)}).class_archive is None  # not written yet
+    jsa.write_bytes(b"x")
+    settings = SparkSettings.from_env({"LACE_SPARK_CDS": str(jsa)})
+    assert settings.class_archive == str(jsa)
+    opts = build_conf(settings)["spark.driver.extraJavaOptions"]
+    assert f"-XX:SharedArchiveFile={jsa}" in opts and "-Xshare:auto" in opts and "-Xlog:cds=off" in opts
+    assert "-Duser.timezone=UTC" in opts and "-Dlog4j2.configurationFile=" in opts
+    assert SparkSettings.from_env({"LACE_SPARK_CDS": "none"}).class_archive is None
+    assert "SharedArchiveFile" not in build_conf(SparkSettings())["spark.driver.extraJavaOptions"]
+    assert "SharedArchiveFile" not in build_conf(settings)["spark.executor.extraJavaOptions"]
+
+
+def test_no_class_archive_is_written_when_turned_off(tmp_path, monkeypatch, capsys) -> None:
+    """``LACE_SPARK_CDS=none``: ``make spark-cds`` writes nothing (it wrote a file named ``none`` before) and starts
+    no JVM."""
+    from archive.class_archive import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LACE_SPARK_CDS", "none")
+    assert main([]) == 0
+    assert "none" in capsys.readouterr().out and not list(tmp_path.iterdir())

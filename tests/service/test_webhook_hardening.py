@@ -396,11 +396,12 @@ def claim_counts(c: httpx.Client) -> tuple[float, float]:
 def test_claims_are_large_and_each_lease_covers_its_wait(fresh_db: Database, tmp_path: Path, t0: int) -> None:
     """One attempt in flight (``webhook_concurrency=1``), up to 20 leased (``webhook_batch``): 200 deliveries
     released at once are leased in claims of 10-20, not one per free slot (200 claims); then 20 deliveries to a
-    receiver that answers after 0.4 s (a 0.5 s timeout) wait up to 8 s for the one slot, longer than a lease of
-    ``timeout + 5`` s: each is sent once, as its lease covers the wait behind the 19 leased before it."""
+    receiver that answers after 0.4 s (a 1 s timeout) wait up to 8 s for the one slot, longer than a lease of
+    ``timeout + 5`` s: each is sent once, as its lease covers the wait behind the 19 leased before it. (With a 0.5 s
+    timeout, one answer in 220 came after it at load 20-27 and was rightly sent again: a retry, not a second lease.)"""
     rx = Receiver()
     rx.start()
-    svc = make_service(fresh_db, tmp_path / "data", webhook_concurrency=1, webhook_batch=20, webhook_timeout_s=0.5)
+    svc = make_service(fresh_db, tmp_path / "data", webhook_concurrency=1, webhook_batch=20, webhook_timeout_s=1.0)
     svc.start()
     try:
         with svc.client() as c:

@@ -61,6 +61,8 @@ def standalone_cluster(tmp_path: Path) -> Iterator[tuple[str, list[Path]]]:
         **os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "TZ": "UTC",
         # no REST submission server (its fixed port 6066 may be taken)
         "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
+        # C1 only, serial GC: the daemons' start-up CPU (the drivers' too: tests/conftest.py)
+        "SPARK_DAEMON_JAVA_OPTS": os.environ.get("SPARK_SUBMIT_OPTS", ""),
     }
     logs = tmp_path / "logs"
     logs.mkdir()
@@ -111,6 +113,8 @@ def test_standalone_cluster_equals_lace_match(standalone_cluster, traffic_slice,
     args = ["stream", "--query", str(query), "--events", str(traffic_slice), "--out", str(out),
             "--checkpoint", str(tmp_path / "ck"), "--master", url, "--batch-events", "12000"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1"}
+    if os.environ.get("SPARK_SUBMIT_OPTS"):  # the executors' JVMs as the driver's (tests/conftest.py)
+        env["LACE_SPARK_CONF"] = f"spark.executor.extraJavaOptions={os.environ['SPARK_SUBMIT_OPTS']}"
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
