@@ -31,6 +31,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from sortedcontainers import SortedList
+
 from engine.events import Event
 
 MAX_BATCHES = 4_096
@@ -46,6 +48,9 @@ class Ledger:
         """(first position, largest ``ts_end``) per batch offered, in ingest order."""
         self._open: dict[int, tuple[Any, int]] = {}
         """``id(instance)`` -> (the instance, the position it needs)."""
+        self._needs: SortedList = SortedList()
+        """The positions of :attr:`_open`, one entry per instance: the smallest is read in O(1), not by a walk of
+        thousands of open instances per batch."""
         self._answered: list[int] = []
         """Instances answered on the worker's thread whose results wait for the batch's commit."""
         self.last_seq: int | None = None
@@ -112,7 +117,11 @@ class Ledger:
             pos = self._position_of(instance.match.start)
             if pos is None:
                 pos = self._batches[0][0] if self._batches else 0
+            old = self._open.get(id(instance))
+            if old is not None:
+                self._needs.remove(old[1])
             self._open[id(instance)] = (instance, pos)
+            self._needs.add(pos)
 
     def answered(self, instances: Iterable[Any]) -> None:
         """The runner answered ``instances`` on the worker's thread: their results are in the output of the batch
@@ -124,14 +133,20 @@ class Ledger:
         """The results of the batch just matched are committed: the instances answered in it leave."""
         with self.lock:
             for k in self._answered:
-                self._open.pop(k, None)
+                self._drop(k)
             self._answered.clear()
 
     def leave(self, instances: Iterable[Any]) -> None:
         """The results of ``instances`` (a deferred request's) are committed: they leave."""
         with self.lock:
             for i in instances:
-                self._open.pop(id(i), None)
+                self._drop(id(i))
+
+    def _drop(self, key: int) -> None:
+        """The instance ``key`` (its ``id``) leaves, if it is in (the lock held)."""
+        entry = self._open.pop(key, None)
+        if entry is not None:
+            self._needs.remove(entry[1])
 
     def settle_live(self, horizon_us: int | None) -> None:
         """The live side's partial matches hold no event ending before ``horizon_us`` (int us; None: unbounded,
@@ -147,7 +162,7 @@ class Ledger:
                 return
             if self.live_floor is None or pos > self.live_floor:
                 self.live_floor = pos
-            keep = min([self.live_floor, *(p for _, p in self._open.values())])
+            keep = min(self.live_floor, self._needs[0]) if self._needs else self.live_floor
             while len(self._batches) > 1 and self._batches[1][0] <= keep:
                 self._batches.popleft()
 
@@ -160,10 +175,9 @@ class Ledger:
         with self.lock:
             if self.last_seq is None or self.live_floor is None:  # the partial matches' part not settled yet
                 return self._acked
-            parts = [self.last_seq + 1, *(p for _, p in self._open.values())]
-            if self.live_floor is not None:
-                parts.append(self.live_floor)
-            value = min(parts)
+            value = min(self.last_seq + 1, self.live_floor)
+            if self._needs:
+                value = min(value, self._needs[0])
             if self._acked is not None and value < self._acked:
                 value = self._acked
             self._acked = value
