@@ -26,8 +26,8 @@ from engine.live_archived.plan import LiveArchivedPlan
 from engine.options import Algorithm
 from service.live.la_process import ChildSpec, PooledQuery, WorkerPool
 from service.live.live_archived import LiveArchivedWorker
-from service.live.live_query import LiveQuery, RunOptions
-from service.live.run import GraphRun, Run, WorkerRun
+from service.live.live_query import LiveQuery, Run, RunOptions
+from service.live.run import GraphRun, WorkerRun
 
 if TYPE_CHECKING:
     from service.live.runtime import LiveRuntime
