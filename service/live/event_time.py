@@ -110,6 +110,17 @@ class EventTime:
             return max(idle) - 1
         return END_OF_TIME if ended else None
 
+    def watermark_reached(self, types: Iterable[str]) -> int | None:
+        """The watermark of ``types`` from their newest times alone: the minimum of their ``newest[T] - lateness(T)``
+        minus 1 us, None unless every one of them has sent an event; no idleness, no end of stream. What the restart
+        replay advances to before the first checkpointed position (:func:`service.live.recovery.settle`): at most
+        what :meth:`watermark` was then, so nothing it releases was still to come after the checkpoint."""
+        wanted = set(types)
+        got = [wm for t in wanted if (wm := self.watermark_of(t)) is not None]
+        if not got or len(got) < len(wanted):  # a type without an event: its watermark then is unknown
+            return None
+        return min(got) - 1
+
     def newest_of(self, types: Iterable[str]) -> int | None:
         """The newest event time over ``types`` (None: none of them has sent one)."""
         return max((self.newest[t] for t in types if t in self.newest), default=None)

@@ -4,13 +4,37 @@ buffer, WAL bytes and lag."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from service.live.runtime import LiveRuntime
+    from service.core.metrics import Metrics
+    from service.live.archive_scheduler import ArchiveScheduler
+    from service.live.live_query import LiveQuery
 
 
-def refresh_gauges(rt: LiveRuntime) -> None:
+class GaugeSource(Protocol):
+    """What the gauges read (:class:`~service.live.runtime.LiveRuntime` is one): the metrics, the running
+    statements, the archive scheduler and the archive."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """Where the gauges are."""
+
+    @property
+    def queries(self) -> Mapping[int, LiveQuery]:
+        """The running statements, by id."""
+
+    @property
+    def scheduler(self) -> ArchiveScheduler | None:
+        """The shared archive scheduler (None: none)."""
+
+    @property
+    def archive(self) -> Any:
+        """The archive writer (``stats()``, ``buffer``; None: no archive)."""
+
+
+def refresh_gauges(rt: GaugeSource) -> None:
     """Set every gauge from ``rt``'s statements and archive."""
     m = rt.metrics
     total = spilled = 0

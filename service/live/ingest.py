@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -32,7 +34,15 @@ from service.live.outbox import Found
 from service.schemas.common import iso
 
 if TYPE_CHECKING:
-    from service.live.runtime import LiveRuntime
+    from engine.event_type import EventType
+    from service.core.metrics import Metrics
+    from service.live.applying_lock import ApplyingLock
+    from service.live.event_time import EventTime
+    from service.live.feeds import ThreadWorkers
+    from service.live.ingest_order import IngestOrder
+    from service.live.la_process import WorkerPool
+    from service.live.live_query import LiveQuery
+    from service.live.results import Results
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +82,80 @@ class IngestResult:
     types that hold something back until their watermark passes (:meth:`LiveQuery.held`)."""
 
 
+class IngestHost(Protocol):
+    """What the ingest path needs of the runtime (:class:`~service.live.runtime.LiveRuntime` is one): its locks, the
+    event types and who emits the derived ones, event time, the ingest order, the archive, the rule graph, the
+    running statements and their watermarks, the live-and-archived workers (``offer``, their room), the watermark
+    advance, the recording of results and the metrics."""
+
+    @property
+    def lock(self) -> ApplyingLock:
+        """Held for a whole request."""
+
+    @property
+    def stamp_lock(self) -> threading.Lock:
+        """Orders the request's stamp with the deferred changes of statements."""
+
+    @property
+    def types(self) -> Mapping[str, EventType]:
+        """The registered event types."""
+
+    @property
+    def emitters(self) -> Mapping[str, set[int]]:
+        """Derived event type -> the queries that EMIT INTO it."""
+
+    @property
+    def event_time(self) -> EventTime:
+        """Per event type: the newest ts accepted and its watermark."""
+
+    @property
+    def order(self) -> IngestOrder:
+        """The durable ingest order."""
+
+    @property
+    def archive(self) -> Any:
+        """The archive writer (``append``; None: no archive)."""
+
+    @property
+    def graph(self) -> RuleGraph:
+        """The rule graph (FILTER rules, statements)."""
+
+    @property
+    def queries(self) -> Mapping[int, LiveQuery]:
+        """The running statements, by id."""
+
+    @property
+    def workers(self) -> WorkerPool | ThreadWorkers:
+        """The host of the live-and-archived workers (``check_room``)."""
+
+    @property
+    def results(self) -> Results:
+        """Records results as alerts."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The service's counters."""
+
+    def query_watermark(self, lq: LiveQuery) -> int | None:
+        """``lq``'s watermark."""
+
+    def workers_active(self) -> bool:
+        """Whether some statement runs on a live-and-archived worker."""
+
+    def offer(self, events: list[Event], seqs: Sequence[int | None] | None = None) -> None:
+        """Hand ``events`` at ingest positions ``seqs`` to the live-and-archived workers."""
+
+    def advance(self) -> list[Found]:
+        """Advance the rule graph's statements by their watermarks; their results."""
+
+
 class Ingest:
     """The runtime's ingest path and what only it keeps: the recent producer ids and the id counter.
 
     Parameters
     ----------
-    runtime : LiveRuntime
+    runtime : IngestHost
+        What it needs of the runtime (:class:`IngestHost`).
     max_reported : int
         Rejections listed one by one in a response.
     max_future_skew_us : int
@@ -86,7 +164,7 @@ class Ingest:
         Producer ids remembered for idempotent retries.
     """
 
-    def __init__(self, runtime: LiveRuntime, *, max_reported: int, max_future_skew_us: int, dedup_window: int) -> None:
+    def __init__(self, runtime: IngestHost, *, max_reported: int, max_future_skew_us: int, dedup_window: int) -> None:
         self.rt = runtime
         self.max_reported = max_reported
         self.max_future_skew_us = max_future_skew_us

@@ -3,17 +3,14 @@ checkpointed position in the ingest order (docs/architecture.md sections 4 and 6
 ``service.db.models.QueryRow``, its API shape is made by the query routes)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from engine.detector import RuleStatement, Statement
 from engine.events import Event
+from engine.rules.graph import RuleGraph
 from service.db.models import QueryRow
-from service.live.run import Run
-
-if TYPE_CHECKING:
-    from service.live.runtime import LiveRuntime
 
 
 def _opt_iso(us: int | None) -> str | None:
@@ -53,6 +50,87 @@ class RunOptions:
     def from_row(cls, row: QueryRow) -> RunOptions:
         """The options stored in a query's row."""
         return cls(row.algorithm, row.tolerance_us, row.pm_capacity, row.pm_policy)
+
+
+class Workers(Protocol):
+    """What a run needs of the host of the live-and-archived workers (:class:`~service.live.la_process.WorkerPool`,
+    :class:`~service.live.feeds.ThreadWorkers`): to stop hosting a query."""
+
+    def remove(self, query_id: int) -> None:
+        """Stop query ``query_id``'s worker."""
+
+
+class RunHost(Protocol):
+    """What a run needs of the runtime it starts and stops in (:meth:`Run.attach`, :meth:`Run.detach`): the rule
+    graph (a statement of the graph is its node), the statements the runtime offers events (``offered``: a
+    live-and-archived query's) and the host of their workers. :class:`~service.live.runtime.LiveRuntime` is one."""
+
+    @property
+    def graph(self) -> RuleGraph:
+        """The rule graph of every statement but the live-and-archived ones."""
+
+    @property
+    def offered(self) -> dict[int, LiveQuery]:
+        """The statements run by live-and-archived workers, by id."""
+
+    @property
+    def workers(self) -> Workers:
+        """Where the live-and-archived queries run."""
+
+
+class Run(Protocol):
+    """What runs a statement (:mod:`service.live.run`: :class:`~service.live.run.GraphRun` on the runtime's rule
+    graph, :class:`~service.live.run.WorkerRun` on a live-and-archived worker): the verbs :class:`LiveQuery` asks it,
+    and nothing else of it is read."""
+
+    @property
+    def by_acks(self) -> bool:
+        """Whether the statement's restart position is what its worker acknowledged (:meth:`acked_position`)."""
+
+    def attach(self, lq: LiveQuery, rt: RunHost) -> None:
+        """Start running ``lq`` in ``rt``."""
+
+    def detach(self, lq: LiveQuery, rt: RunHost) -> None:
+        """Stop running ``lq`` in ``rt``."""
+
+    def close(self) -> None:
+        """Stop what runs beside the runtime (service shut-down)."""
+
+    def take_replayed(self, event: Event, seq: int | None) -> bool:
+        """Take an event of the restart replay; True when the rule graph must push it."""
+
+    def offer_replayed(self) -> None:
+        """Hand what the replay kept to the worker."""
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once what was handed over is matched."""
+
+    def settle(self, timeout_s: float) -> bool:
+        """Record the results already due before a stop on purpose; False past ``timeout_s``."""
+
+    def extra_span_us(self, options: RunOptions) -> int:
+        """What the run adds to the statement's state span, int us."""
+
+    def acked_position(self) -> int | None:
+        """The smallest ingest position the worker's unfinished work needs, as last acknowledged."""
+
+    def checkpoint(self, lq: LiveQuery, next_seq: int, recorded: bool) -> None:
+        """Take ``lq``'s checkpoint at ``next_seq`` when its results are all recorded."""
+
+    def moved(self, lq: LiveQuery) -> bool:
+        """Whether an event may have reached ``lq`` since the last call."""
+
+    def stats(self, lq: LiveQuery) -> dict[str, Any]:
+        """``lq``'s counters."""
+
+    def counts(self, s: dict[str, Any]) -> dict[str, float]:
+        """The counters of ``s`` that add up across restarts."""
+
+    def archive_load(self, s: dict[str, Any]) -> tuple[int, int] | None:
+        """(archive requests made, live instances waiting for the archive) from ``s``; None: it reads no archive."""
+
+    def held(self) -> dict[str, Any] | None:
+        """What waits for the watermark (None: it does not say)."""
 
 
 @dataclass(slots=True)
@@ -107,11 +185,11 @@ class LiveQuery:
 
     # ------------------------------------------------------------------ running
 
-    def attach(self, rt: LiveRuntime) -> None:
+    def attach(self, rt: RunHost) -> None:
         """Start running in ``rt``: a node of its rule graph, or a worker it offers events (call under its lock)."""
         self.run.attach(self, rt)
 
-    def detach(self, rt: LiveRuntime) -> None:
+    def detach(self, rt: RunHost) -> None:
         """Stop running in ``rt`` (its state is dropped; call under its lock)."""
         self.run.detach(self, rt)
 

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,12 +42,19 @@ from engine.events import Event
 from service.core.faults import crash_point
 from service.db.models import QueryRow
 from service.db.session import transaction
-from service.live.ingest import content_digest
+from service.live.event_time import EventTime
+from service.live.ingest import Ingest, content_digest
 from service.live.live_query import LiveQuery
 from service.live.outbox import Found
 
 if TYPE_CHECKING:
-    from service.live.runtime import LiveRuntime
+    from sqlalchemy.orm import Session, sessionmaker
+
+    from engine.rules.graph import RuleGraph
+    from service.core.metrics import Metrics
+    from service.live.applying_lock import ApplyingLock
+    from service.live.ingest_order import IngestOrder
+    from service.live.results import Results
 
 log = logging.getLogger(__name__)
 TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -56,6 +63,82 @@ ALL_TIME = -(1 << 62)
 """An event time before every event, int us: the replay reads all a statement received."""
 CHECKPOINT_ROWS = 250
 """Statements' checkpoints written per transaction (:func:`checkpoint`)."""
+
+
+class RecoveryHost(Protocol):
+    """What checkpoints and the restart replay need of the runtime (:class:`~service.live.runtime.LiveRuntime` is
+    one): its lock, the running statements (by id, by type, who emits each derived type), event types, event time,
+    the ingest order and the ingest path (the recent producer ids), the rule graph and its advance, the archive,
+    the recording of results, the database sessions, the metrics, the replay limit and the hand-over to the
+    live-and-archived workers; ``replaying`` is set while the replay advances the statements."""
+
+    replaying: bool
+    """True while the restart replay advances the statements (:meth:`derived` archives only what is missing)."""
+
+    @property
+    def lock(self) -> ApplyingLock:
+        """Held while the statements' state is read or fed."""
+
+    @property
+    def queries(self) -> Mapping[int, LiveQuery]:
+        """The running statements, by id."""
+
+    @property
+    def by_type(self) -> Mapping[str, list[LiveQuery]]:
+        """Event type -> the running statements that read it."""
+
+    @property
+    def emitters(self) -> Mapping[str, set[int]]:
+        """Derived event type -> the queries that EMIT INTO it."""
+
+    @property
+    def types(self) -> Mapping[str, EventType]:
+        """The registered event types."""
+
+    @property
+    def event_time(self) -> EventTime:
+        """Per event type: the newest ts accepted and its watermark."""
+
+    @property
+    def order(self) -> IngestOrder:
+        """The durable ingest order."""
+
+    @property
+    def ingest_path(self) -> Ingest:
+        """The ingest path (its recent producer ids; failed statements)."""
+
+    @property
+    def graph(self) -> RuleGraph:
+        """The rule graph."""
+
+    @property
+    def archive(self) -> Any:
+        """The archive writer (``root``, ``flush``; None: no archive)."""
+
+    @property
+    def results(self) -> Results:
+        """Records results as alerts."""
+
+    @property
+    def sessions(self) -> sessionmaker[Session]:
+        """Database sessions (the checkpoints' rows)."""
+
+    @property
+    def metrics(self) -> Metrics:
+        """The service's counters."""
+
+    @property
+    def replay_max_us(self) -> int:
+        """How far back the replay goes at most (``LACE_REPLAY_MAX_S``), int us."""
+
+    def advance(self) -> list[Found]:
+        """Advance the rule graph's statements by their watermarks; their results."""
+
+    def derived(self, items: list[tuple[str, Event]] | None = None, *, archive: bool = True) -> None:
+        """Archive the derived events the graph emitted and hand them to live-and-archived workers."""
+
+    def offer(self, events: list[Event], seqs: Sequence[int | None] | None = None) -> None:
+        """Hand ``events`` at ingest positions ``seqs`` (and the watermarks) to the live-and-archived workers."""
 
 
 @dataclass(slots=True)
@@ -71,7 +154,7 @@ class Horizon:
     unbounded: bool = False
 
 
-def horizon(rt: LiveRuntime, lq: LiveQuery, newest: int) -> Horizon:
+def horizon(rt: RecoveryHost, lq: LiveQuery, newest: int) -> Horizon:
     """The event time from which ``lq``'s state must be rebuilt, given the newest event time of its types, int us.
 
     Its span (:meth:`LiveQuery.state_span_us`) plus its lateness. Without a span the state is unbounded and
@@ -89,7 +172,7 @@ def horizon(rt: LiveRuntime, lq: LiveQuery, newest: int) -> Horizon:
     return out
 
 
-def reach_us(rt: LiveRuntime, lq: LiveQuery, seen: frozenset[int] = frozenset()) -> int | None:
+def reach_us(rt: RecoveryHost, lq: LiveQuery, seen: frozenset[int] = frozenset()) -> int | None:
     """How far before the newest event time ``lq``'s state reaches in ingested events, int us (None: unbounded):
     its span plus lateness, plus, when it reads a derived type, the reach of the statements that emit it (what
     derives the events its state needs lies that much further back)."""
@@ -109,7 +192,7 @@ def reach_us(rt: LiveRuntime, lq: LiveQuery, seen: frozenset[int] = frozenset())
     return span + lq.max_lateness_us + upstream
 
 
-def acked_position(rt: LiveRuntime, lq: LiveQuery, newest: int | None) -> int | None:
+def acked_position(rt: RecoveryHost, lq: LiveQuery, newest: int | None) -> int | None:
     """A live-and-archived query's ``resume_seq``: the smallest ingest position its worker's unfinished work
     needs, as the worker last acknowledged it (:meth:`LiveQuery.acked_position`); while it has acknowledged nothing
     since it started, the position it had. Only forward. An unbounded live side (no WITHIN) is cut at
@@ -124,7 +207,7 @@ def acked_position(rt: LiveRuntime, lq: LiveQuery, newest: int | None) -> int | 
     return pos
 
 
-def checkpoint(rt: LiveRuntime) -> None:
+def checkpoint(rt: RecoveryHost) -> None:
     """Record each statement's checkpoint: its totals (``counters``), the position its state is rebuilt from
     (``resume_seq``) and, for a statement the runtime matches itself, the position the checkpoint is taken at
     (``checkpoint_seq``: the next one; under the runtime's lock, every result of the events before it is recorded,
@@ -369,7 +452,7 @@ def not_archived(root: Path, events: list[Event]) -> list[Event]:
 # ---------------------------------------------------------------------- the restart replay
 
 
-def record_cut(rt: LiveRuntime, lq: LiveQuery, h: Horizon) -> None:
+def record_cut(rt: RecoveryHost, lq: LiveQuery, h: Horizon) -> None:
     """Record that the replay limit cut ``h.cut_us`` of ``lq``'s state: a warning, its stats, the metrics."""
     if not h.cut_us:
         return
@@ -390,7 +473,7 @@ def record_cut(rt: LiveRuntime, lq: LiveQuery, h: Horizon) -> None:
         )
 
 
-def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict[str, int]:
+def rebuild(rt: RecoveryHost, root: Path, types: Mapping[str, EventType]) -> dict[str, int]:
     """Replay the archive into ``rt``'s statements (started with their checkpointed ``resume_seq``) and continue
     the ingest order after the archive's; return counters for the log.
 
@@ -438,11 +521,11 @@ def rebuild(rt: LiveRuntime, root: Path, types: Mapping[str, EventType]) -> dict
     return {"events": n, "alerts": alerts, "from_seq": floor}
 
 
-def settle(rt: LiveRuntime, newest: Mapping[str, int], derived: list[tuple[str, Event]]) -> list[Found]:
-    """Advance the rule graph to the watermark of the rows replayed so far (``newest``: per type, its newest event
-    time, int us), as the service had advanced it when it took the checkpoint; return the results of statements
-    without a checkpoint position (the others recorded theirs before the restart), and add the derived events
-    emitted so far to ``derived`` (archived before the restart; the replay hands them on with the rest).
+def settle(rt: RecoveryHost, replayed: EventTime, derived: list[tuple[str, Event]]) -> list[Found]:
+    """Advance the rule graph to the watermark of the rows replayed so far (``replayed``: their event time, per type
+    its newest, :func:`replay`'s), as the service had advanced it when it took the checkpoint; return the results of
+    statements without a checkpoint position (the others recorded theirs before the restart), and add the derived
+    events emitted so far to ``derived`` (archived before the restart; the replay hands them on with the rest).
 
     Without it, what the watermark had released before the checkpoint came out only at the end of the replay,
     where nothing tells it from a new result: a replay that starts inside an ``INTERVAL`` run (the earliest
@@ -450,23 +533,15 @@ def settle(rt: LiveRuntime, newest: Mapping[str, int], derived: list[tuple[str, 
     id, and its reader alerted a pair with it (the crash suite, PostgreSQL, archive flush;
     ``tests/crash/test_replay_start.py``). The watermark is each type's newest minus its lateness, the earliest
     over a statement's types, never an ended type's end of time nor an idle type's, and none for a statement with
-    a type no replayed row has reached yet: at most the service's then, so nothing released here was still to
-    come after the checkpoint.
+    a type no replayed row has reached yet (:meth:`~service.live.event_time.EventTime.watermark_reached`): at most
+    the service's then, so nothing released here was still to come after the checkpoint. The graph's clock goes
+    to the largest single type's (:meth:`~service.live.event_time.EventTime.furthest`).
     """
-    late = rt.event_time.lateness_us
-    marks = {t: top - late(t) for t, top in newest.items()}
-    if not marks or not rt.graph.nodes:
+    top = replayed.furthest()
+    if top is None or not rt.graph.nodes:
         derived.extend(rt.graph.take_derived())
         return []
-
-    def watermark(types: Iterable[str]) -> int | None:
-        wanted = set(types)
-        got = [marks[t] for t in wanted if t in marks]
-        if not got or len(got) < len(wanted):  # a type no replayed row reached: its watermark then is unknown
-            return None
-        return min(got) - 1
-
-    out = [Found(int(name), m) for name, m in rt.graph.advance(max(marks.values()) - 1, watermark)]
+    out = [Found(int(name), m) for name, m in rt.graph.advance(top, replayed.watermark_reached)]
     derived.extend(rt.graph.take_derived())
     return [f for f in out if rt.queries[f.query_id].checkpoint_seq is None]
 
@@ -477,7 +552,7 @@ def received_from(lq: LiveQuery) -> int:
     return 0 if lq.warmed else lq.active_since_us
 
 
-def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
+def replay(rt: RecoveryHost, rows: list[Row]) -> tuple[int, int]:
     """Feed ``rows`` (in ingest order) to the statements that received them live (stamped after their
     ``active_since_us``, or any of a warm-started one: :func:`received_from`). Returns ``(events replayed, new
     alerts)``.
@@ -493,7 +568,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
     graph = rt.graph
     ingest = rt.ingest_path
     settle_at = min((q.checkpoint_seq for q in rt.queries.values() if q.checkpoint_seq is not None), default=None)
-    newest: dict[str, int] = {}  # per type, the newest event time replayed so far
+    replayed = EventTime(rt.event_time.lateness_us)  # the rows replayed so far: per type, the newest event time
     archived: list[tuple[str, Event]] = []  # derived before the checkpoint
     with rt.lock:
         for row in rows:
@@ -502,9 +577,9 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             if row.seq is not None:
                 rt.order.note(row.seq, [e])
             if settle_at is not None and row.seq is not None and row.seq >= settle_at:
-                found.extend(settle(rt, newest, archived))
+                found.extend(settle(rt, replayed, archived))
                 settle_at = None
-            newest[e.type] = max(newest.get(e.type, e.ts_end), e.ts_end)
+            replayed.observe(e.type, e.ts_end)
             takers = [lq for lq in rt.by_type.get(e.type, ()) if row.ingested_at > received_from(lq)]
             graph_wanted = False
             for lq in takers:  # a worker keeps its events, handed over in one batch (offer_replayed)
@@ -520,7 +595,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
             if graph.failures:
                 ingest.mark_failed(graph, None, None, None)
         if settle_at is not None:  # every row lies before the checkpoint
-            found.extend(settle(rt, newest, archived))
+            found.extend(settle(rt, replayed, archived))
         for lq in rt.queries.values():
             lq.offer_replayed()
         rt.derived(archived, archive=False)
@@ -537,7 +612,7 @@ def replay(rt: LiveRuntime, rows: list[Row]) -> tuple[int, int]:
 
 
 def worker_replay(
-    rt: LiveRuntime, query_ids: list[int], upto: int | None
+    rt: RecoveryHost, query_ids: list[int], upto: int | None
 ) -> dict[int, tuple[list[Event], list[int | None]]]:
     """What each of a restarted worker's queries needs again (:meth:`service.live.la_process.WorkerPool._restart`):
     per query id, the events it received live (stamped after :func:`received_from`) from its acknowledged position

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from engine.compiler import CompiledQuery
 from engine.detector import Detector, RuleStatement, Statement, detector_for, make_detector
@@ -26,13 +26,88 @@ from engine.live_archived.plan import LiveArchivedPlan
 from engine.options import Algorithm
 from service.live.la_process import ChildSpec, PooledQuery, WorkerPool
 from service.live.live_archived import LiveArchivedWorker
-from service.live.live_query import LiveQuery, RunOptions
-from service.live.run import GraphRun, Run, WorkerRun
+from service.live.live_query import LiveQuery, Run, RunHost, RunOptions
+from service.live.run import GraphRun, WorkerRun
 
 if TYPE_CHECKING:
-    from service.live.runtime import LiveRuntime
+    from engine.live_archived.source import ArchiveSource
+    from engine.pm.store import PartialMatchStore
+    from service.live.applying_lock import ApplyingLock
+    from service.live.feeds import ThreadWorkers
+    from service.live.ingest_order import IngestOrder
+    from service.live.live_archived import ArchiveLookups
+    from service.live.results import Results
 
 log = logging.getLogger(__name__)
+
+
+class RegistryHost(RunHost, Protocol):
+    """What the statement registry needs of the runtime (:class:`~service.live.runtime.LiveRuntime` is one): what a
+    run attaches to (:class:`~service.live.live_query.RunHost`), what is running (``queries``, ``by_type``,
+    ``emitters``), its locks and activation instants, event types (lateness, schemas), the archive source, the pool
+    of archive requests, the partial-match store, the service defaults, the ingest order and the recording of
+    results."""
+
+    @property
+    def workers(self) -> WorkerPool | ThreadWorkers:
+        """Where the live-and-archived queries run (``start``, ``remove``)."""
+
+    @property
+    def queries(self) -> dict[int, LiveQuery]:
+        """The running statements, by id (the registry adds and removes them)."""
+
+    @property
+    def by_type(self) -> dict[str, list[LiveQuery]]:
+        """Event type -> the running statements that read it."""
+
+    @property
+    def emitters(self) -> dict[str, set[int]]:
+        """Derived event type -> the queries that EMIT INTO it."""
+
+    @property
+    def lock(self) -> ApplyingLock:
+        """Held by every change of the running statements."""
+
+    @property
+    def stamp_lock(self) -> threading.Lock:
+        """Orders activation instants and ingest stamps."""
+
+    @property
+    def order(self) -> IngestOrder:
+        """The durable ingest order (a new start's position)."""
+
+    @property
+    def source(self) -> ArchiveSource | None:
+        """What live-and-archived queries read."""
+
+    @property
+    def lookups(self) -> ArchiveLookups:
+        """The pool of archive requests of the in-thread workers."""
+
+    @property
+    def la_requests_in_flight(self) -> int:
+        """Archive requests of one query at the scheduler at once."""
+
+    @property
+    def pm_store(self) -> PartialMatchStore | None:
+        """Where partial matches beyond a budget spill."""
+
+    @property
+    def defaults(self) -> RunOptions:
+        """The service defaults."""
+
+    @property
+    def results(self) -> Results:
+        """Records results as alerts (``record``: an in-thread worker's)."""
+
+    def activation_us(self) -> int:
+        """A wall-clock instant every later ingest stamps strictly after."""
+
+    def lateness(self, types: Iterable[str]) -> dict[str, int]:
+        """Allowed lateness per registered event type of ``types``, int us."""
+
+    def schemas(self) -> dict[str, dict[str, str]]:
+        """Event type -> attribute types."""
 
 
 class StatementRegistry:
@@ -40,12 +115,12 @@ class StatementRegistry:
 
     Parameters
     ----------
-    rt : LiveRuntime
-        The runtime whose statements it starts: its lock, event types (lateness, schemas), archive source, pool of
-        archive requests, partial-match store, service defaults and ingest order.
+    rt : RegistryHost
+        What it needs of the runtime (:class:`RegistryHost`): its lock, event types (lateness, schemas), archive
+        source, pool of archive requests, partial-match store, service defaults and ingest order.
     """
 
-    def __init__(self, rt: LiveRuntime) -> None:
+    def __init__(self, rt: RegistryHost) -> None:
         self.rt = rt
         self._warming: threading.Thread | None = None
 

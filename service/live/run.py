@@ -1,4 +1,5 @@
-"""How a running statement is run: one protocol, two implementations (docs/architecture.md sections 2, 4 and 5).
+"""How a running statement is run: one protocol (:class:`~service.live.live_query.Run`), two implementations
+(docs/architecture.md sections 2, 4 and 5).
 
 A statement whose class declares that it reads the archive (``reads_archive``: a live-and-archived query) runs on a
 live-and-archived worker (:class:`WorkerRun`); every other statement is matched by the runtime's rule graph
@@ -10,21 +11,19 @@ events through its host, :mod:`service.live.feeds`), :meth:`close` (service shut
 :meth:`offer_replayed` (the restart replay), :meth:`call` (once what was
 handed over is matched), :meth:`checkpoint`, the restart position (``by_acks``: a worker's comes from its
 acknowledgements, :meth:`WorkerRun.acked_position`; the graph's from its event-time horizon), and the counters
-(:meth:`stats`, :meth:`counts`, :meth:`archive_load`).
+(:meth:`stats`, :meth:`counts`, :meth:`archive_load`). What a run needs of the runtime is
+:class:`~service.live.live_query.RunHost` (the rule graph, ``offered``, the workers' host), not the runtime.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from engine.detector import Detector
 from engine.events import Event
 from service.live.la_process import PooledQuery
 from service.live.live_archived import LiveArchivedWorker
-
-if TYPE_CHECKING:
-    from service.live.live_query import LiveQuery, RunOptions
-    from service.live.runtime import LiveRuntime
+from service.live.live_query import LiveQuery, RunHost, RunOptions
 
 
 def _base_counts(s: dict[str, Any]) -> tuple[int, int, float]:
@@ -47,12 +46,12 @@ class GraphRun:
         self.detector = detector
         self.node = node
 
-    def attach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+    def attach(self, lq: LiveQuery, rt: RunHost) -> None:
         """Add it to the rule graph (derived event ids are made of (id, version))."""
         rt.graph.add(str(lq.id), lq.compiled, self.detector, version=lq.version)
         self.node = rt.graph.nodes.get(str(lq.id))
 
-    def detach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+    def detach(self, lq: LiveQuery, rt: RunHost) -> None:
         """Remove it from the rule graph (its partial matches and open windows are dropped)."""
         rt.graph.remove(str(lq.id))
 
@@ -157,11 +156,11 @@ class WorkerRun:
         self.replayed: list[Event] = []
         self.replayed_seqs: list[int | None] = []
 
-    def attach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+    def attach(self, lq: LiveQuery, rt: RunHost) -> None:
         """Be offered events (:meth:`LiveRuntime.offer`)."""
         rt.offered[lq.id] = lq
 
-    def detach(self, lq: LiveQuery, rt: LiveRuntime) -> None:
+    def detach(self, lq: LiveQuery, rt: RunHost) -> None:
         """Be offered nothing more; stop the worker."""
         rt.offered.pop(lq.id, None)
         rt.workers.remove(lq.id)
@@ -236,6 +235,3 @@ class WorkerRun:
         say how many)."""
         return None
 
-
-Run = GraphRun | WorkerRun
-"""What runs a statement of the live service."""

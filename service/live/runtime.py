@@ -14,7 +14,12 @@ runtime never asks which), the statement registry that starts and stops those ru
 :attr:`LiveRuntime.registry`), the recording of results as alerts (:mod:`service.live.results`,
 :attr:`LiveRuntime.results`), checkpoints and the restart replay (:mod:`service.live.recovery`). What stays here is
 their composition: the event types, what is running (``queries``, ``by_type``, ``emitters``, ``offered``), the locks,
-and event time's advance and offer to the running statements.
+and event time's advance and offer to the running statements. No part imports this module: each names what it needs
+of the runtime as a small ``Protocol`` of its own, which :class:`LiveRuntime` satisfies
+(:class:`~service.live.ingest.IngestHost`, :class:`~service.live.registry.RegistryHost`,
+:class:`~service.live.recovery.RecoveryHost`, :class:`~service.live.warm.WarmHost`,
+:class:`~service.live.gauges.GaugeSource`, and a run's :class:`~service.live.live_query.RunHost`), so service/live
+has no import circle (``tests/service/test_live_imports.py``).
 
 Queries start (create, update, resume) at ``active_since_us``, an instant taken under the lock; every later
 request gets a larger ``ingested_at`` stamp, which is how a restart replay feeds each query exactly the events it
@@ -330,9 +335,12 @@ class LiveRuntime:
 
     def offer(self, events: list[Event], seqs: Sequence[int | None] | None = None) -> None:
         """Hand ``events`` (archived already) at ingest positions ``seqs`` (one per event; required when there are
-        events) and the new watermark to every statement run by a live-and-archived worker
-        (:meth:`LiveQuery.offer`); one whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told so once
-        per quiet spell (SLLAA closes its open subwindow)."""
+        events) and the new watermark to every statement run by a live-and-archived worker, through their host
+        (:attr:`workers`: :meth:`WorkerPool.offer <service.live.la_process.WorkerPool.offer>` or
+        :meth:`ThreadWorkers.offer <service.live.feeds.ThreadWorkers.offer>`, then
+        :meth:`Feeds.offer <service.live.feeds.Feeds.offer>` to each worker): the one path from ingest to a worker;
+        one whose every type is idle (``LACE_IDLE_TIMEOUT_S``) or ended is told so once per quiet spell (SLLAA closes
+        its open subwindow)."""
         positions: Sequence[int | None] = () if seqs is None else seqs
         if len(positions) != len(events):
             raise ValueError("every event offered needs its ingest position")

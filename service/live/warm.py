@@ -5,8 +5,9 @@ to its detector alone, so it behaves as if it had always run (docs/architecture.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from engine.compiler import CompiledQuery
 from engine.events import Event
@@ -16,10 +17,67 @@ from service.live.recovery import read_rows
 from service.live.run import GraphRun
 
 if TYPE_CHECKING:
-    from service.live.runtime import LiveRuntime
+    from engine.event_type import EventType
+    from engine.pm.store import PartialMatchStore
+    from engine.rules.graph import RuleGraph
+    from service.live.event_time import EventTime
+    from service.live.ingest_order import IngestOrder
+    from service.live.registry import StatementRegistry
+    from service.live.results import Results
 
 
-def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) -> dict[str, int]:
+class WarmHost(Protocol):
+    """What rebuilding a statement's state needs of the runtime (:class:`~service.live.runtime.LiveRuntime` is one):
+    the running statements and the rule graph, event types and who emits the derived ones, event time, the ingest
+    order, the archive (its recent buffer and Delta root), the replay limit, the partial-match store, the registry
+    (a pattern's detector) and the recording of results."""
+
+    @property
+    def queries(self) -> Mapping[int, LiveQuery]:
+        """The running statements, by id."""
+
+    @property
+    def graph(self) -> RuleGraph:
+        """The rule graph (``warm``, ``replace``)."""
+
+    @property
+    def types(self) -> Mapping[str, EventType]:
+        """The registered event types."""
+
+    @property
+    def emitters(self) -> Mapping[str, set[int]]:
+        """Derived event type -> the queries that EMIT INTO it."""
+
+    @property
+    def event_time(self) -> EventTime:
+        """Per event type: the newest ts accepted and its watermark."""
+
+    @property
+    def order(self) -> IngestOrder:
+        """The durable ingest order (the warm start's checkpoint)."""
+
+    @property
+    def archive(self) -> Any:
+        """The archive writer (``buffer``, ``root``; None: no archive)."""
+
+    @property
+    def replay_max_us(self) -> int:
+        """How far back a state without a bound is rebuilt, int us."""
+
+    @property
+    def pm_store(self) -> PartialMatchStore | None:
+        """Where partial matches beyond a budget spill."""
+
+    @property
+    def registry(self) -> StatementRegistry:
+        """Makes a pattern query's detector."""
+
+    @property
+    def results(self) -> Results:
+        """Records results as alerts."""
+
+
+def warm_query(rt: WarmHost, query_id: int, *, emit_history: bool = False) -> dict[str, int]:
     """Rebuild a just-started statement's state from the archive over its span (``state=warm``, issue 14).
 
     Reads the statement's types from the archive (Delta and the recent buffer) from ``newest ts - span
@@ -61,7 +119,7 @@ def warm_query(rt: LiveRuntime, query_id: int, *, emit_history: bool = False) ->
     lq.resume_seq = min((s for s in (since.first_seq, buffered) if s is not None), default=rt.order.next_seq)
     return lq.warm
 
-def switch_plan(rt: LiveRuntime, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
+def switch_plan(rt: WarmHost, query_id: int, compiled: CompiledQuery) -> dict[str, int]:
     """Switch a running pattern query to another plan of its text (``POST /queries/{id}/plan``, 004):
     a new detector of ``compiled`` takes its place in the rule graph, rebuilt from the current window's
     events (archive and recent buffer, as ``state=warm`` reads them), so nothing is lost and nothing is
@@ -108,7 +166,7 @@ class HistoryStart:
     first_seq: int | None
 
 
-def window_history(rt: LiveRuntime, lq: LiveQuery) -> tuple[list[Event], int | None, HistoryStart]:
+def window_history(rt: WarmHost, lq: LiveQuery) -> tuple[list[Event], int | None, HistoryStart]:
     """The events of ``lq``'s types from ``newest ts - span - lateness`` on (span: WITHIN plus what its
     operators remember, ``CompiledQuery.state_span_us``, or the window size; ``replay_max_us`` without one),
     from the archive and the recent buffer, in the matcher's (ts_end, id) order (an interval event counts by

@@ -158,6 +158,26 @@ def test_an_ended_type_holds_no_set_back_and_a_set_of_ended_types_reaches_the_en
     assert et.watermark(["a"]) == 1_000 - 10 - 1
 
 
+def test_the_replay_watermark_needs_every_type_and_ignores_idleness_and_ends() -> None:
+    """:meth:`EventTime.watermark_reached`, what the restart replay advances to before the first checkpointed
+    position (``recovery.settle``): never past the service's watermark then."""
+    from service.live.event_time import EventTime
+
+    et = EventTime(lambda t: {"a": 10, "b": 20}.get(t, 0), idle_timeout_s=0.0)  # every type idle at once
+    assert et.watermark_reached(["a"]) is None and et.furthest() is None
+    et.observe("a", 1_000)
+    assert et.watermark_reached(["a", "b"]) is None  # b has no event: its watermark then is unknown
+    assert et.watermark(["a", "b"]) == 1_000 - 10 - 1  # the live one skips it
+    et.observe("b", 2_000)
+    et.observe("a", 900)  # older: the newest stays
+    assert et.watermark_reached(["a", "b", "a"]) == 1_000 - 10 - 1
+    assert et.watermark_reached(["b"]) == 2_000 - 20 - 1
+    assert et.watermark_reached([]) is None
+    et.end("a", 1_000)
+    assert et.watermark_reached(["a", "b"]) == 1_000 - 10 - 1  # no end of time
+    assert et.furthest() == 2_000 - 20 - 1
+
+
 def test_an_idle_sllaa_closes_its_open_subwindow_and_only_that() -> None:
     from engine.events import Event
     from engine.live_archived.plan import compile_live_archived
