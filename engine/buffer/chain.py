@@ -24,8 +24,7 @@ Units: timestamps int microseconds.
 """
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from engine.events import Event
@@ -93,8 +92,79 @@ def _node_of(value: Any, seen: dict[int, Node]) -> Node:
     return node
 
 
-_NO_PREDS: list[Node] = []
+_NO_PREDS: Final[list[Node]] = []
 """The preds of every single start node (nothing appends to a node's preds)."""
+
+
+class NodeQueue:
+    """One slot's nodes in event order: a list and the index of its first live node, so that dropping the oldest is
+    O(1) (the dropped prefix is cut off once it is the larger part) and the compiled build reads nodes by index.
+
+    The chain storage reads ``items[head:]`` directly; :mod:`engine.pm.buffer` uses the deque-like methods. Pickled
+    as its live nodes.
+    """
+
+    __slots__ = ("items", "head")
+
+    def __init__(self, items: Iterable[Node] = ()) -> None:
+        self.items: list[Node] = list(items)
+        self.head = 0
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return NodeQueue, (self.items[self.head:],)
+
+    def __len__(self) -> int:
+        return len(self.items) - self.head
+
+    def __bool__(self) -> bool:
+        return len(self.items) > self.head
+
+    def __iter__(self) -> Iterator[Node]:
+        return iter(self.items[self.head:])
+
+    def __getitem__(self, i: int) -> Node:
+        n = len(self.items) - self.head
+        if i < 0:
+            i += n
+        if i < 0 or i >= n:
+            raise IndexError("node index out of range")
+        return self.items[self.head + i]
+
+    def __repr__(self) -> str:
+        return f"NodeQueue({self.items[self.head:]!r})"
+
+    def append(self, node: Node) -> None:
+        self.items.append(node)
+
+    def prepend(self, nodes: list[Node]) -> None:
+        """Put ``nodes`` (in event order, all older than the queue's) before the first live node."""
+        self.items = nodes + self.items[self.head:]
+        self.head = 0
+
+    def clear(self) -> None:
+        self.items = []
+        self.head = 0
+
+    def drop_before(self, lower_ts: int) -> int:
+        """Drop the leading nodes whose event ends before ``lower_ts``; returns how many."""
+        items = self.items
+        n = len(items)
+        h = self.head
+        while h < n:
+            node = items[h]
+            if node.event.ts_end >= lower_ts:
+                break
+            h += 1
+        removed = h - self.head
+        if removed:
+            if h == n:
+                self.items = []
+                h = 0
+            elif h > 32 and 2 * h > n:
+                del items[:h]
+                h = 0
+            self.head = h
+        return removed
 
 
 class Step:
@@ -139,19 +209,24 @@ class ChainState(PlanState):
 
     def __init__(self, plan: NFAPlan) -> None:
         super().__init__(plan)
-        self.nodes: list[deque[Node]] = [deque() for _ in plan.slots]
+        self.nodes: list[NodeQueue] = [NodeQueue() for _ in plan.slots]
 
     def live(self) -> int:
-        return sum(len(d) for d in self.nodes)
+        n = 0
+        for q in self.nodes:
+            n += len(q.items) - q.head
+        return n
 
     def restore_fields(self, fields: dict[str, Any]) -> None:
-        """Set the pickled ``fields`` (:func:`engine.nfa.state.rebuild`); pickles made before issue 45 hold nodes as
-        tuples."""
+        """Set the pickled ``fields`` (:func:`engine.nfa.state.rebuild`); pickles made before issue 45 hold deques of
+        node tuples."""
         nodes = fields.get("nodes")
         if nodes is not None:
             seen: dict[int, Node] = {}
             fields = dict(fields)
-            fields["nodes"] = [deque(_node_of(n, seen) for n in d) for d in nodes]
+            fields["nodes"] = [
+                d if isinstance(d, NodeQueue) else NodeQueue(_node_of(n, seen) for n in d) for d in nodes
+            ]
         super().restore_fields(fields)
 
 
@@ -206,7 +281,7 @@ class ChainStorage:
         self.fast = self.direct and self.all_single
         self.steps = self._type_steps()
         self.intervals = False
-        """Set once an interval event was processed: deques are then in ts_end order, not start order."""
+        """Set once an interval event was processed: node queues are then in ts_end order, not start order."""
 
     def new_state(self) -> ChainState:
         return ChainState(self.plan)
@@ -214,10 +289,8 @@ class ChainStorage:
     def expire(self, state: ChainState, lower_ts: int) -> None:
         """Drop nodes whose event is older than ``lower_ts`` (outside every future window)."""
         removed = 0
-        for d in state.nodes:
-            while d and d[0].event.ts_end < lower_ts:
-                d.popleft()
-                removed += 1
+        for q in state.nodes:
+            removed += q.drop_before(lower_ts)
         if removed:
             self.counters.live -= removed
         state.trim(lower_ts)
@@ -276,18 +349,18 @@ class ChainStorage:
                     start = True
                     max_start = e.ts
                 else:
-                    d = nodes[j - 1]
-                    while d:
-                        head: Node = d[0]
-                        if head.event.ts_end >= lb:
-                            break
-                        d.popleft()
-                        counters.live -= 1
-                    if not d:
+                    q = nodes[j - 1]
+                    dropped = q.drop_before(lb)
+                    if dropped:
+                        counters.live -= dropped
+                    items = q.items
+                    h = q.head
+                    n = len(items)
+                    if h == n:
                         pass
                     elif step.final_single and not kleene and self.fast and not step.edge and not step.negs:
-                        # a final single event with nothing to check on the edge: combine straight from the deque
-                        self._combine_fast_top(d, e, lb, t, out)
+                        # a final single event with nothing to check on the edge: combine straight from the queue
+                        self._combine_fast_top(items, h, e, lb, t, out)
                         continue
                     elif step.edge or step.negs:
                         preds = []
@@ -303,7 +376,8 @@ class ChainStorage:
                             if kt > neg_ts or (kt == neg_ts and ki > neg_id):
                                 neg_ts = kt
                                 neg_id = ki
-                        for p in d:
+                        for i in range(h, n):
+                            p = items[i]
                             if p.max_start < lb:
                                 continue
                             pe = p.event
@@ -321,36 +395,37 @@ class ChainStorage:
                     elif step.prev_is_start and not self.intervals:
                         # start nodes (max_start == ts): all alive after expiry (a reload of spilled nodes may put
                         # older ones after newer ones: max_start is the largest, not the last)
-                        preds = list(d)
+                        preds = items[h:]
                         for p in preds:
                             if p.max_start > max_start:
                                 max_start = p.max_start
                     else:
                         preds = []
-                        for p in d:
+                        for i in range(h, n):
+                            p = items[i]
                             if p.max_start >= lb:
                                 preds.append(p)
                                 if p.max_start > max_start:
                                     max_start = p.max_start
             if kleene and (not step.take_local or all(fn(None, e, None) for fn in step.take_local)):
-                d = nodes[j]
-                while d:
-                    head = d[0]
-                    if head.event.ts_end >= lb:
-                        break
-                    d.popleft()
-                    counters.live -= 1
+                own = nodes[j]
+                dropped = own.drop_before(lb)
+                if dropped:
+                    counters.live -= dropped
                 take_edge = step.take_edge
-                if d and preds is _NO_PREDS:
+                own_items = own.items
+                n = len(own_items)
+                if own.head < n and preds is _NO_PREDS:
                     preds = []
-                for q in d:
-                    if q.max_start < lb:
+                for i in range(own.head, n):
+                    p = own_items[i]
+                    if p.max_start < lb:
                         continue
-                    if take_edge and not all(fn(q.event, e, None) for fn in take_edge):
+                    if take_edge and not all(fn(p.event, e, None) for fn in take_edge):
                         continue
-                    preds.append(q)
-                    if q.max_start > max_start:
-                        max_start = q.max_start
+                    preds.append(p)
+                    if p.max_start > max_start:
+                        max_start = p.max_start
             if not preds and not start:
                 continue
             if step.final_single:
@@ -373,12 +448,13 @@ class ChainStorage:
                     self._emit(state, ((e,),), out)
                 self.combine(state, preds, None, e, lb, out)
 
-    def _combine_fast_top(self, d: deque[Node], e: Event, lb: int, end: int, out: list[Match]) -> None:
-        """:meth:`_combine_fast` for a final single event ``e`` over the previous slot's deque ``d``, the env tuples
-        of two- and three-slot matches built at once."""
+    def _combine_fast_top(self, items: list[Node], h: int, e: Event, lb: int, end: int, out: list[Match]) -> None:
+        """:meth:`_combine_fast` for a final single event ``e`` over the previous slot's nodes ``items[h:]``, the env
+        tuples of two- and three-slot matches built at once."""
         name = self.query_name
         layout = self.layout
-        for p in d:
+        for i in range(h, len(items)):
+            p = items[i]
             if p.max_start < lb:
                 continue
             ev = p.event

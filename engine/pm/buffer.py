@@ -415,7 +415,7 @@ class PartialMatchBuffer:
             for b in self.store.take(self.query_id, p, ekey, slot):
                 if slot == CHAIN:
                     for j, nodes in enumerate(decode_chain(b.payload, len(st.nodes))):
-                        st.nodes[j].extendleft(reversed(nodes))
+                        st.nodes[j].prepend(nodes)
                 else:
                     st.by_slot[slot] = decode_runs(b.payload, self.kleene[p]) + st.by_slot[slot]
                 n += b.count
