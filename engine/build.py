@@ -13,6 +13,7 @@ import importlib.machinery
 COMPILED = (
     "engine.events",
     "engine.match",
+    "engine.match_files",
     "engine.matcher",
     "engine.buffer.chain",
     "engine.nfa.compiled_plan",
