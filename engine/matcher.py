@@ -15,6 +15,7 @@ order was already released. Buffered events are released once
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Hashable, Mapping
 from typing import Any, Literal, cast
 
@@ -205,7 +206,10 @@ class Matcher:
         self._in_order = self.max_lateness == 0
         self._multi = len(self.engines) > 1
         pb = query.partition_by
-        self._key_attr = pb[0] if len(pb) == 1 and pb[0] not in ("ts", "id", "type", "ts_end", "duration") else None
+        # interned, as the event readers intern attribute names: the per-event attrs.get hits by identity
+        self._key_attr = (
+            sys.intern(pb[0]) if len(pb) == 1 and pb[0] not in ("ts", "id", "type", "ts_end", "duration") else None
+        )
         self.pmb = (
             PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch, query_id=pm_query_id)
             if pm_capacity is not None else None
