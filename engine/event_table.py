@@ -9,6 +9,7 @@ and numbers read through numpy, never through pandas.
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -75,7 +76,7 @@ class EventTable:
             yield batch
 
     def _batch(self, types: _Interned, columns: list[_Plain], lo: int, n: int) -> list[Event]:
-        names = tuple(self.attrs)
+        names = tuple(sys.intern(n) for n in self.attrs)  # the matcher's partition-key lookup then hits by identity
         ids = range(lo + 1, lo + n + 1) if self.ids is None else _py_values(self.ids.slice(lo, n))
         cols = [c.values(lo, n) for c in columns]
         if not cols:

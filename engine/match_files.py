@@ -17,12 +17,13 @@ RETURN, ``fields`` (struct: alias -> value).
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 import orjson
 
+from engine.events import Event
 from engine.match import Match
 
 MatchFormat = Literal["jsonl", "parquet"]
@@ -83,51 +84,87 @@ def _line_fn(layout: Any) -> _LineFn | None:
     return general
 
 
-def _take1(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
-    for m in ms:
+def _take1(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+    for i in range(pos, len(ms)):
+        m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
-            return
-        v = m._env
-        ext((v[0].id, m.start, m.end))  # type: ignore[index]
+            return i
+        v = cast("tuple[Event, ...]", m._env)
+        a: Event = v[0]
+        flat.append(a.id)
+        flat.append(m.start)
+        flat.append(m.end)
+    return len(ms)
 
 
-def _take2(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
-    for m in ms:
+def _take2(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+    for i in range(pos, len(ms)):
+        m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
-            return
-        v = m._env
-        ext((v[0].id, v[1].id, m.start, m.end))  # type: ignore[index]
+            return i
+        v = cast("tuple[Event, ...]", m._env)
+        a: Event = v[0]
+        b: Event = v[1]
+        flat.append(a.id)
+        flat.append(b.id)
+        flat.append(m.start)
+        flat.append(m.end)
+    return len(ms)
 
 
-def _take3(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
-    for m in ms:
+def _take3(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+    for i in range(pos, len(ms)):
+        m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
-            return
-        v = m._env
-        ext((v[0].id, v[1].id, v[2].id, m.start, m.end))  # type: ignore[index]
+            return i
+        v = cast("tuple[Event, ...]", m._env)
+        a: Event = v[0]
+        b: Event = v[1]
+        c: Event = v[2]
+        flat.append(a.id)
+        flat.append(b.id)
+        flat.append(c.id)
+        flat.append(m.start)
+        flat.append(m.end)
+    return len(ms)
 
 
-def _take4(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
-    for m in ms:
+def _take4(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+    for i in range(pos, len(ms)):
+        m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
-            return
-        v = m._env
-        ext((v[0].id, v[1].id, v[2].id, v[3].id, m.start, m.end))  # type: ignore[index]
+            return i
+        v = cast("tuple[Event, ...]", m._env)
+        a: Event = v[0]
+        b: Event = v[1]
+        c: Event = v[2]
+        d: Event = v[3]
+        flat.append(a.id)
+        flat.append(b.id)
+        flat.append(c.id)
+        flat.append(d.id)
+        flat.append(m.start)
+        flat.append(m.end)
+    return len(ms)
 
 
-def _take_any(ms: Iterator[Match], layout: Any, query: Any, ext: Callable[[Any], None]) -> None:
-    for m in ms:
+def _take_any(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+    for i in range(pos, len(ms)):
+        m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
-            return
-        ext([e.id for e in m._env])  # type: ignore[union-attr]
-        ext((m.start, m.end))
+            return i
+        for e in cast("tuple[Event, ...]", m._env):
+            flat.append(e.id)
+        flat.append(m.start)
+        flat.append(m.end)
+    return len(ms)
 
 
-# take(matches, layout, query, extend): the leading matches of (layout, query) without fields, as flat values
-# (slot ids in variable order, start, end); stops at the first other one. Fixed arities avoid a list per match.
-_TAKE: dict[int, Callable[[Iterator[Match], Any, Any, Callable[[Any], None]], None]] = {
-    1: _take1, 2: _take2, 3: _take3, 4: _take4,
-}
+_Take = Callable[[list[Match], int, Any, Any, list[int]], int]
+# take(matches, pos, layout, query, flat): from matches[pos], the matches of (layout, query) without fields, appended
+# to flat as flat values (slot ids in variable order, start, end); stops at the first other one and returns its
+# index. Fixed arities read the slots as typed locals (the compiled build, issue 45).
+_TAKE: dict[int, _Take] = {1: _take1, 2: _take2, 3: _take3, 4: _take4}
 _LINES_PER_FORMAT = 1024  # matches formatted by one % of the template repeated
 _templates: dict[tuple[int, Any], tuple[Any, str | None]] = {}  # (id(layout), query) -> (layout, template)
 _blocks: dict[str, str] = {}  # template -> template * _LINES_PER_FORMAT
@@ -205,19 +242,15 @@ class MatchWriter:
             if len(self._pending) >= self._batch:
                 self._flush_parquet()
             return
-        ms = matches if type(matches) is list else list(matches)
+        ms: list[Match] = matches if type(matches) is list else list(matches)
         flat = self._flat
         pos = 0  # the next match to write: ms is never sliced (a slice per match or run made a long list quadratic)
         while pos < len(ms):
             run = self._run
             if run is not None:
-                it = iter(ms)
-                it.__setstate__(pos)  # type: ignore[attr-defined]  # a list iterator from ms[pos], without a copy
-                before = len(flat)
-                run[0](it, run[1], run[2], flat.extend)
-                k = (len(flat) - before) // run[3]
-                self._run_n += k
-                pos += k
+                end = run[0](ms, pos, run[1], run[2], flat)
+                self._run_n += end - pos
+                pos = end
                 if pos == len(ms):
                     break
             # ms[pos] ends the run: start one for its layout, or write it on its own

@@ -15,10 +15,11 @@ order was already released. Buffered events are released once
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Hashable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from engine.buffer.chain import ChainStorage
+from engine.buffer.chain import ChainState, ChainStorage
 from engine.compiler import CompiledQuery
 from engine.events import END_OF_TIME, Event
 from engine.lql.ast import components
@@ -205,7 +206,10 @@ class Matcher:
         self._in_order = self.max_lateness == 0
         self._multi = len(self.engines) > 1
         pb = query.partition_by
-        self._key_attr = pb[0] if len(pb) == 1 and pb[0] not in ("ts", "id", "type", "ts_end", "duration") else None
+        # interned, as the event readers intern attribute names: the per-event attrs.get hits by identity
+        self._key_attr = (
+            sys.intern(pb[0]) if len(pb) == 1 and pb[0] not in ("ts", "id", "type", "ts_end", "duration") else None
+        )
         self.pmb = (
             PartialMatchBuffer(self, pm_capacity, pm_policy, pm_store, pm_batch, query_id=pm_query_id)
             if pm_capacity is not None else None
@@ -221,6 +225,10 @@ class Matcher:
             and (self._key_attr is not None or not pb)
         )
         self._window_us = w
+        # the simple path's chain storage, called as a native method in the compiled build (issue 45)
+        self._chain: ChainStorage | None = (
+            self.engines[0] if self.storage == "chain" and not self._multi else None
+        )
         # operator components (issue 16): their operators run before the NFA, on released events
         self.stage: OperatorStage | None = None
         if query.operators:
@@ -260,7 +268,11 @@ class Matcher:
                 if states is None:
                     states = self.states[key] = [self.engines[0].new_state()]
                 out = self._out = []
-                self.engines[0].process(states[0], event, out)
+                chain = self._chain
+                if chain is not None:
+                    chain.process(cast(ChainState, states[0]), event, out)
+                else:
+                    self.engines[0].process(states[0], event, out)
                 if ts >= self._next_sweep and self._window_us is not None:
                     self._sweep(ts)
                     self._next_sweep = ts + max(self._window_us, SWEEP_EVERY_US)

@@ -6,12 +6,12 @@ keeps one :class:`PlanState` subclass per (partition key, plan).
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any
+from typing import Any, Final
 
 from engine.events import Event
 from engine.nfa.compiler import NegSpec, NFAPlan
 
-_NEVER = (-(1 << 63), -(1 << 63))
+_NEVER_TS: Final = -(1 << 62)  # fits an unboxed int of the compiled build; below every event time (MIN_TS_US)
 
 
 def _fields(obj: object) -> tuple[str, ...]:
@@ -25,8 +25,13 @@ def _fields(obj: object) -> tuple[str, ...]:
 
 def rebuild(cls: Any, args: tuple[Any, ...], fields: dict[str, Any]) -> Any:
     """Unpickle an engine state object: ``cls(*args)``, then ``fields`` set (``lace stream`` pickles per-key state;
-    a compiled class's ``__new__`` runs ``__init__``, so the default slot pickling cannot rebuild it)."""
+    a compiled class's ``__new__`` runs ``__init__``, so the default slot pickling cannot rebuild it). A class with a
+    ``restore_fields(fields)`` method sets them itself (it reads the fields of older pickles)."""
     obj = cls(*args)
+    restore = getattr(obj, "restore_fields", None)
+    if restore is not None:
+        restore(fields)
+        return obj
     for name, value in fields.items():
         setattr(obj, name, value)
     return obj
@@ -51,17 +56,18 @@ class Pending:
 class PlanState:
     """Negation bookkeeping of one plan for one partition key.
 
-    ``neg_last[k]``: (ts, id) of the latest event that violates local-only negation k
-    by itself; ``neg_buf[k]``: the events of negation k's types, in order, for the
-    negations whose conditions relate them to other variables; ``pending``: complete
-    matches waiting for their trailing-negation deadline.
+    ``(neg_last_ts[k], neg_last_id[k])``: (ts_end, id) of the latest event that violates local-only negation k
+    by itself (two int lists: the compiled build compares them unboxed, issue 45); ``neg_buf[k]``: the events of
+    negation k's types, in order, for the negations whose conditions relate them to other variables;
+    ``pending``: complete matches waiting for their trailing-negation deadline.
     """
 
-    __slots__ = ("plan", "neg_last", "neg_buf", "pending")
+    __slots__ = ("plan", "neg_last_ts", "neg_last_id", "neg_buf", "pending")
 
     def __init__(self, plan: NFAPlan) -> None:
         self.plan = plan
-        self.neg_last: list[tuple[int, int]] = [_NEVER] * len(plan.negations)
+        self.neg_last_ts: list[int] = [_NEVER_TS] * len(plan.negations)
+        self.neg_last_id: list[int] = [_NEVER_TS] * len(plan.negations)
         self.neg_buf: list[list[Event]] = [[] for _ in plan.negations]
         self.pending: list[Pending] = []
 
@@ -77,6 +83,16 @@ class PlanState:
         fields = {name: getattr(self, name) for name in _fields(self) if name != "plan"}
         return rebuild, (type(self), self.init_args(), fields)
 
+    def restore_fields(self, fields: dict[str, Any]) -> None:
+        """Set the pickled ``fields`` (:func:`rebuild`); pickles made before issue 45 hold ``neg_last``, a list of
+        (ts_end, id) tuples."""
+        for name, value in fields.items():
+            if name == "neg_last":
+                self.neg_last_ts = [int(v[0]) for v in value]
+                self.neg_last_id = [int(v[1]) for v in value]
+            else:
+                setattr(self, name, value)
+
     # ------------------------------------------------------------ recording
     def record_negations(self, e: Event) -> None:
         """Remember ``e`` for the middle negations whose types include it (after it was matched)."""
@@ -84,7 +100,8 @@ class PlanState:
             if e.type in spec.types:
                 if spec.local_fns is not None:
                     if spec.qualifies_local(e):
-                        self.neg_last[k] = (e.ts_end, e.id)
+                        self.neg_last_ts[k] = e.ts_end
+                        self.neg_last_id[k] = e.id
                 else:
                     self.neg_buf[k].append(e)
 
@@ -119,7 +136,9 @@ class PlanState:
         """Middle negations checkable on the edge ``prev -> e`` (local or edge form) hold."""
         for spec in specs:
             if spec.local_fns is not None:
-                if self.neg_last[spec.k] > (prev.ts_end, prev.id):
+                k = spec.k
+                last_ts = self.neg_last_ts[k]
+                if last_ts > prev.ts_end or (last_ts == prev.ts_end and self.neg_last_id[k] > prev.id):
                     return False
             elif spec.edge_fns is not None:
                 for x in self._between(spec.k, prev, e):

@@ -242,8 +242,8 @@ class PartialMatchBuffer:
         for j in slots:  # descending
             if self.chain:
                 d = st.nodes[j]
-                if d and d[-1][0] is e:
-                    bound = (j, d[-1][3])
+                if d and d[-1].event is e:
+                    bound = (j, d[-1].max_start)
             else:
                 bucket = st.by_slot[j]
                 if bucket:
@@ -270,8 +270,8 @@ class PartialMatchBuffer:
                 if self.chain:
                     for j, d in enumerate(st.nodes):
                         if d:
-                            newest = max(newest or (0, 0), (d[-1][0].ts, j))
-                            oldest = min(d[0][0].ts, oldest if oldest is not None else d[0][0].ts)
+                            newest = max(newest or (0, 0), (d[-1].event.ts, j))
+                            oldest = min(d[0].event.ts, oldest if oldest is not None else d[0].event.ts)
                 else:
                     for j, bucket in enumerate(st.by_slot):
                         if bucket:
@@ -302,15 +302,15 @@ class PartialMatchBuffer:
                     heads: list[set[int]] = [set() for _ in st.nodes]  # ids of slot-j nodes a slot j+1 node follows
                     for j, d in enumerate(st.nodes):
                         for node in d if j else ():
-                            t = node[0].ts
-                            for pred in node[2]:
-                                if pred[1] == j - 1:
+                            t = node.event.ts
+                            for pred in node.preds:
+                                if pred.slot == j - 1:
                                     heads[j - 1].add(id(pred))
-                                    if t - pred[0].ts > gap[j - 1]:
-                                        gap[j - 1] = t - pred[0].ts
+                                    if t - pred.event.ts > gap[j - 1]:
+                                        gap[j - 1] = t - pred.event.ts
                     chain_waiting: list[int | None] = []
                     for j, d in enumerate(st.nodes):
-                        chain_waiting.append(max((n[0].ts for n in d if id(n) not in heads[j]), default=None))
+                        chain_waiting.append(max((n.event.ts for n in d if id(n) not in heads[j]), default=None))
                         if j != skip:
                             seen[j] += len(d)
                             followed[j] += len(heads[j])
@@ -389,7 +389,7 @@ class PartialMatchBuffer:
             nodes = [list(d) for d in st.nodes]
             n = sum(len(d) for d in nodes)
             if n:
-                max_ts = max(node[0].ts for d in nodes for node in d)
+                max_ts = max(node.event.ts for d in nodes for node in d)
                 parts.append((CHAIN, n, max_ts, encode_chain(nodes)))
                 for d in st.nodes:
                     d.clear()
@@ -415,7 +415,7 @@ class PartialMatchBuffer:
             for b in self.store.take(self.query_id, p, ekey, slot):
                 if slot == CHAIN:
                     for j, nodes in enumerate(decode_chain(b.payload, len(st.nodes))):
-                        st.nodes[j].extendleft(reversed(nodes))
+                        st.nodes[j].prepend(nodes)
                 else:
                     st.by_slot[slot] = decode_runs(b.payload, self.kleene[p]) + st.by_slot[slot]
                 n += b.count
@@ -464,5 +464,5 @@ class PartialMatchBuffer:
 def _oldest(st: Any, chain: bool) -> int | None:
     """Creation time of a key's oldest resident partial match (its first event's ts)."""
     if chain:
-        return min((d[0][0].ts for d in st.nodes if d), default=None)
+        return min((d[0].event.ts for d in st.nodes if d), default=None)
     return min((r[0] for runs in st.by_slot for r in runs), default=None)

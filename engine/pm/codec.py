@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from engine.buffer.chain import Node
 from engine.events import Event
 
 VERSION = 1
@@ -60,36 +61,43 @@ def decode_runs(payload: bytes, kleene: list[bool]) -> list[tuple[int, tuple[Any
     ]
 
 
-def encode_chain(nodes: list[list[tuple[Any, ...]]]) -> bytes:
+def encode_chain(nodes: list[list[Node]]) -> bytes:
     """The node deques of one chain-partitioned state (slot by slot) -> bytes.
 
-    Node tuples are ``(event, slot, preds, max_start, start)``; a node's preds are nodes of the
-    same state (or older nodes already expired: those are dropped, they can never match again
-    because every pred is older than its successor and expiry is by event time).
+    Each :class:`~engine.buffer.chain.Node` is written as the row ``[event, slot, preds, max_start, start]``; a
+    node's preds are nodes of the same state (or older nodes already expired: those are dropped, they can never
+    match again because every pred is older than its successor and expiry is by event time).
     """
     table = _Events()
     index: dict[int, int] = {}
-    out: list[tuple[Any, ...]] = []
+    out: list[Node] = []
     for deque_ in nodes:
         for node in deque_:
             index[id(node)] = len(out)
             out.append(node)
     rows = []
     for node in out:
-        ev, slot, preds, max_start, start = node
-        rows.append([table.ref(ev), slot, [index[id(p)] for p in preds if id(p) in index], max_start, start])
+        rows.append(
+            [
+                table.ref(node.event),
+                node.slot,
+                [index[id(p)] for p in node.preds if id(p) in index],
+                node.max_start,
+                node.start,
+            ]
+        )
     return orjson.dumps({"v": VERSION, "events": table.rows, "nodes": rows})
 
 
-def decode_chain(payload: bytes, n_slots: int) -> list[list[tuple[Any, ...]]]:
+def decode_chain(payload: bytes, n_slots: int) -> list[list[Node]]:
     """Inverse of :func:`encode_chain`: per slot, the nodes in their original order."""
     doc = orjson.loads(payload)
     _check(doc)
     events = _events(doc["events"])
-    built: list[tuple[Any, ...]] = []
-    slots: list[list[tuple[Any, ...]]] = [[] for _ in range(n_slots)]
+    built: list[Node] = []
+    slots: list[list[Node]] = [[] for _ in range(n_slots)]
     for ev, slot, preds, max_start, start in doc["nodes"]:
-        node = (events[ev], slot, [built[i] for i in preds], max_start, start)
+        node = Node(events[ev], slot, [built[i] for i in preds], max_start, start)
         built.append(node)
         slots[slot].append(node)
     return slots
