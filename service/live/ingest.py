@@ -19,7 +19,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,19 +30,16 @@ from engine.rules.graph import RuleGraph
 from service.core.faults import crash_point
 from service.db.session import now_us
 from service.live.events import EventInvalid, validate_event
+from service.live.host import StreamState
 from service.live.outbox import Found
 from service.schemas.common import iso
 
 if TYPE_CHECKING:
-    from engine.event_type import EventType
     from service.core.metrics import Metrics
     from service.live.applying_lock import ApplyingLock
-    from service.live.event_time import EventTime
     from service.live.feeds import ThreadWorkers
-    from service.live.ingest_order import IngestOrder
     from service.live.la_process import WorkerPool
     from service.live.live_query import LiveQuery
-    from service.live.results import Results
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +79,7 @@ class IngestResult:
     types that hold something back until their watermark passes (:meth:`LiveQuery.held`)."""
 
 
-class IngestHost(Protocol):
+class IngestHost(StreamState, Protocol):
     """What the ingest path needs of the runtime (:class:`~service.live.runtime.LiveRuntime` is one): its locks, the
     event types and who emits the derived ones, event time, the ingest order, the archive, the rule graph, the
     running statements and their watermarks, the live-and-archived workers (``offer``, their room), the watermark
@@ -97,40 +94,8 @@ class IngestHost(Protocol):
         """Orders the request's stamp with the deferred changes of statements."""
 
     @property
-    def types(self) -> Mapping[str, EventType]:
-        """The registered event types."""
-
-    @property
-    def emitters(self) -> Mapping[str, set[int]]:
-        """Derived event type -> the queries that EMIT INTO it."""
-
-    @property
-    def event_time(self) -> EventTime:
-        """Per event type: the newest ts accepted and its watermark."""
-
-    @property
-    def order(self) -> IngestOrder:
-        """The durable ingest order."""
-
-    @property
-    def archive(self) -> Any:
-        """The archive writer (``append``; None: no archive)."""
-
-    @property
-    def graph(self) -> RuleGraph:
-        """The rule graph (FILTER rules, statements)."""
-
-    @property
-    def queries(self) -> Mapping[int, LiveQuery]:
-        """The running statements, by id."""
-
-    @property
     def workers(self) -> WorkerPool | ThreadWorkers:
         """The host of the live-and-archived workers (``check_room``)."""
-
-    @property
-    def results(self) -> Results:
-        """Records results as alerts."""
 
     @property
     def metrics(self) -> Metrics:

@@ -43,6 +43,7 @@ from service.core.faults import crash_point
 from service.db.models import QueryRow
 from service.db.session import transaction
 from service.live.event_time import EventTime
+from service.live.host import StreamState
 from service.live.ingest import Ingest, content_digest
 from service.live.live_query import LiveQuery
 from service.live.outbox import Found
@@ -50,11 +51,8 @@ from service.live.outbox import Found
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session, sessionmaker
 
-    from engine.rules.graph import RuleGraph
     from service.core.metrics import Metrics
     from service.live.applying_lock import ApplyingLock
-    from service.live.ingest_order import IngestOrder
-    from service.live.results import Results
 
 log = logging.getLogger(__name__)
 TS_TYPE = pa.timestamp("us", tz="UTC")
@@ -65,7 +63,7 @@ CHECKPOINT_ROWS = 250
 """Statements' checkpoints written per transaction (:func:`checkpoint`)."""
 
 
-class RecoveryHost(Protocol):
+class RecoveryHost(StreamState, Protocol):
     """What checkpoints and the restart replay need of the runtime (:class:`~service.live.runtime.LiveRuntime` is
     one): its lock, the running statements (by id, by type, who emits each derived type), event types, event time,
     the ingest order and the ingest path (the recent producer ids), the rule graph and its advance, the archive,
@@ -80,44 +78,12 @@ class RecoveryHost(Protocol):
         """Held while the statements' state is read or fed."""
 
     @property
-    def queries(self) -> Mapping[int, LiveQuery]:
-        """The running statements, by id."""
-
-    @property
     def by_type(self) -> Mapping[str, list[LiveQuery]]:
         """Event type -> the running statements that read it."""
 
     @property
-    def emitters(self) -> Mapping[str, set[int]]:
-        """Derived event type -> the queries that EMIT INTO it."""
-
-    @property
-    def types(self) -> Mapping[str, EventType]:
-        """The registered event types."""
-
-    @property
-    def event_time(self) -> EventTime:
-        """Per event type: the newest ts accepted and its watermark."""
-
-    @property
-    def order(self) -> IngestOrder:
-        """The durable ingest order."""
-
-    @property
     def ingest_path(self) -> Ingest:
         """The ingest path (its recent producer ids; failed statements)."""
-
-    @property
-    def graph(self) -> RuleGraph:
-        """The rule graph."""
-
-    @property
-    def archive(self) -> Any:
-        """The archive writer (``root``, ``flush``; None: no archive)."""
-
-    @property
-    def results(self) -> Results:
-        """Records results as alerts."""
 
     @property
     def sessions(self) -> sessionmaker[Session]:

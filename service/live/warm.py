@@ -5,60 +5,27 @@ to its detector alone, so it behaves as if it had always run (docs/architecture.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from engine.compiler import CompiledQuery
 from engine.events import Event
+from service.live.host import StreamState
 from service.live.live_query import LiveQuery
 from service.live.outbox import Found
 from service.live.recovery import read_rows
 from service.live.run import GraphRun
 
 if TYPE_CHECKING:
-    from engine.event_type import EventType
     from engine.pm.store import PartialMatchStore
-    from engine.rules.graph import RuleGraph
-    from service.live.event_time import EventTime
-    from service.live.ingest_order import IngestOrder
     from service.live.registry import StatementRegistry
-    from service.live.results import Results
 
 
-class WarmHost(Protocol):
+class WarmHost(StreamState, Protocol):
     """What rebuilding a statement's state needs of the runtime (:class:`~service.live.runtime.LiveRuntime` is one):
     the running statements and the rule graph, event types and who emits the derived ones, event time, the ingest
     order, the archive (its recent buffer and Delta root), the replay limit, the partial-match store, the registry
     (a pattern's detector) and the recording of results."""
-
-    @property
-    def queries(self) -> Mapping[int, LiveQuery]:
-        """The running statements, by id."""
-
-    @property
-    def graph(self) -> RuleGraph:
-        """The rule graph (``warm``, ``replace``)."""
-
-    @property
-    def types(self) -> Mapping[str, EventType]:
-        """The registered event types."""
-
-    @property
-    def emitters(self) -> Mapping[str, set[int]]:
-        """Derived event type -> the queries that EMIT INTO it."""
-
-    @property
-    def event_time(self) -> EventTime:
-        """Per event type: the newest ts accepted and its watermark."""
-
-    @property
-    def order(self) -> IngestOrder:
-        """The durable ingest order (the warm start's checkpoint)."""
-
-    @property
-    def archive(self) -> Any:
-        """The archive writer (``buffer``, ``root``; None: no archive)."""
 
     @property
     def replay_max_us(self) -> int:
@@ -71,10 +38,6 @@ class WarmHost(Protocol):
     @property
     def registry(self) -> StatementRegistry:
         """Makes a pattern query's detector."""
-
-    @property
-    def results(self) -> Results:
-        """Records results as alerts."""
 
 
 def warm_query(rt: WarmHost, query_id: int, *, emit_history: bool = False) -> dict[str, int]:
