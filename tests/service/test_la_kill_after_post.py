@@ -29,6 +29,19 @@ LOOKBACK 10 days
 JOIN a.key = b.key"""
 
 
+def register_each_algorithm(c: httpx.Client) -> dict[str, int]:
+    """Register :data:`TEXT` once per algorithm (SLLAA with a tolerance of 1 day): algorithm -> query id."""
+    ids: dict[str, int] = {}
+    for alg in ALGORITHMS:
+        body = {"text": TEXT.format(name=f"la_{alg}"), "algorithm": alg}
+        if alg == "sllaa":
+            body["tolerance"] = "1 days"
+        r = c.post("/queries", json=body)
+        assert r.status_code == 201, r.text
+        ids[alg] = r.json()["id"]
+    return ids
+
+
 def settled(c: httpx.Client, ids: list[int]) -> bool:
     """Every query matched what it got and answered every archive request."""
     for qid in ids:
@@ -44,7 +57,6 @@ def test_sigkill_right_after_the_post_that_closes_a_subwindow_loses_no_result(tm
     settings = {"max_future_skew_s": 365 * 86_400, "log_level": "info", "la_process": str(la_process).lower()}
     svc = ServiceProcess(tmp_path / "data", settings, own_group=True)
     t0 = int(time.time() * 1000) - 60 * DAY_MS
-    ids: dict[str, int] = {}
     try:
         svc.start()
         with svc.client() as c:
@@ -53,13 +65,7 @@ def test_sigkill_right_after_the_post_that_closes_a_subwindow_loses_no_result(tm
             assert r.status_code == 201, r.text
             r = c.post("/events", json=[{"id": 1, "type": "s", "ts": t0, "attrs": {"key": "k", "v": 1}}])
             assert r.json()["accepted"] == 1, r.text
-            for alg in ALGORITHMS:
-                body = {"text": TEXT.format(name=f"la_{alg}"), "algorithm": alg}
-                if alg == "sllaa":
-                    body["tolerance"] = "1 days"
-                r = c.post("/queries", json=body)
-                assert r.status_code == 201, r.text
-                ids[alg] = r.json()["id"]
+            ids = register_each_algorithm(c)
             r = c.post("/events", json=[{"id": 2, "type": "s", "ts": t0 + DAY_MS, "attrs": {"key": "k", "v": 99}}])
             assert r.json()["accepted"] == 1, r.text
             r = c.post("/events", json=[{"id": 3, "type": "s", "ts": t0 + 40 * DAY_MS,

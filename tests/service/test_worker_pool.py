@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from cli.service_process import ServiceProcess, wait_until
-from tests.service.test_la_kill_after_post import ALGORITHMS, DAY_MS, TEXT, settled
+from tests.service.test_la_kill_after_post import ALGORITHMS, DAY_MS, register_each_algorithm, settled
 from tests.service.test_live_archived import count_alerts
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.integration]
@@ -38,7 +38,6 @@ def test_a_killed_worker_and_a_raising_query_lose_and_duplicate_nothing(tmp_path
                 "worker_fault": "raise:la_llaa:2"}
     svc = ServiceProcess(tmp_path / "data", settings, own_group=True)
     t0 = int(time.time() * 1000) - 60 * DAY_MS
-    ids: dict[str, int] = {}
     keys = ("k1", "k2", "k3")
     try:
         svc.start()
@@ -48,13 +47,7 @@ def test_a_killed_worker_and_a_raising_query_lose_and_duplicate_nothing(tmp_path
             assert r.status_code == 201, r.text
             _post(c, [{"id": n + 1, "type": "s", "ts": t0 + n, "attrs": {"key": k, "v": 1}}
                       for n, k in enumerate(keys)])
-            for alg in ALGORITHMS:
-                body = {"text": TEXT.format(name=f"la_{alg}"), "algorithm": alg}
-                if alg == "sllaa":
-                    body["tolerance"] = "1 days"
-                r = c.post("/queries", json=body)
-                assert r.status_code == 201, r.text
-                ids[alg] = r.json()["id"]
+            ids = register_each_algorithm(c)
             places = {alg: _worker(c, q) for alg, q in ids.items()}
             assert [places[a]["index"] for a in ALGORITHMS] == [0, 1, 0, 1], places  # fewest queries, lowest index
             assert wait_until(lambda: all(_worker(c, q)["alive"] for q in ids.values()), timeout_s=60)
