@@ -41,7 +41,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True, **kwargs)
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
