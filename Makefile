@@ -10,6 +10,11 @@ TEST_WORKERS ?= 2
 # and the 30 slowest steps (setup, call, teardown) named at the end of the log
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile --durations=30
 BENCH_ARGS  ?= --n 100000
+# Bytecode for every Python process a target starts (the suite starts ~hundreds of `lace serve`, workers and `lace`
+# commands): with PYTHONDONTWRITEBYTECODE set (as on CI's machine) each process compiled LACE's modules from source,
+# 16 % of a `lace serve` start's CPU. The cache lives in the venv (PYTHONPYCACHEPREFIX), never in the checkout.
+export PYTHONPYCACHEPREFIX ?= $(abspath $(LACE_VENV))/pycache
+unexport PYTHONDONTWRITEBYTECODE
 # make test-pure (issue 45): the engine's fast tests (oracle, properties, patterns) on the pure-Python modules, in a
 # copy of the checkout's files without the compiled extensions (git ls-files: *.so are ignored), on TEST_WORKERS
 PURE_DIR   ?= $(abspath build/pure)
