@@ -47,3 +47,17 @@ def test_db_upgrade_reaches_head_and_matches_the_models(fresh_db: Database, tmp_
         engine.dispose()
     assert diff == [], diff
     assert MIGRATIONS.is_dir()
+
+
+def test_the_head_read_without_alembic_is_alembics_head_and_an_upgrade_at_head_changes_nothing(
+    fresh_db: Database,
+) -> None:
+    """``lace serve`` skips Alembic when the database is at :func:`head_revision` (read from the files): that must be
+    Alembic's head, or a database one migration behind would start without it."""
+    from service.db.migrate import current, head_revision, upgrade
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config(fresh_db.url)).get_current_head()
+    upgrade(fresh_db.url)  # a fresh database: Alembic runs every migration
+    assert current(fresh_db.url) == head_revision()
+    upgrade(fresh_db.url)  # at head: nothing to do
+    assert current(fresh_db.url) == head_revision()
