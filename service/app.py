@@ -140,6 +140,7 @@ def start_services(settings: Settings, metrics: Metrics) -> tuple[Engine, sessio
         workers=settings.workers,
         worker_backlog=settings.worker_backlog,
         worker_fault=settings.worker_fault,
+        ingest_order_bucket_s=settings.ingest_order_bucket_s,
         max_future_skew_us=round(settings.max_future_skew_s * 1e6),
         idle_timeout_s=settings.idle_timeout_s,
         dedup_window=settings.dedup_window,

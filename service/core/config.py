@@ -133,6 +133,10 @@ class Settings(BaseSettings):
     start (the worker restarts; docs/operations.md)."""
     la_checkpoint_s: Annotated[float, Field(gt=0)] = 1.0
     """How often a live-and-archived query records how far back a restart must replay (wall seconds)."""
+    ingest_order_bucket_s: Annotated[float, Field(gt=0, le=3600)] = 1.0
+    """Wall seconds one bucket of the ingest order's index covers (service/live/ingest_order.py): a restart replays
+    from the first position of the bucket holding a statement's event-time horizon, so finer buckets start replays
+    closer to what they need; the index keeps 4,096 buckets (older ones merge, coarser, never wrong)."""
 
     webhook_max_attempts: Annotated[int, Field(ge=1, le=1000)] = 60
     """Attempts of one delivery (while its endpoint's circuit is closed) before it is dead-lettered."""

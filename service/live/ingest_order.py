@@ -24,7 +24,7 @@ from engine.events import Event
 MAX_BUCKETS = 4_096
 """Index buckets kept; beyond it the two oldest merge (positions grow coarser, never wrong)."""
 BUCKET_S = 1.0
-"""Wall seconds one bucket covers before the next one starts."""
+"""Wall seconds one bucket covers before the next one starts, by default (``LACE_INGEST_ORDER_BUCKET_S``)."""
 BUCKET_EVENTS = 10_000
 """Positions one bucket covers at most (the restart replay notes many in a second)."""
 
@@ -43,7 +43,11 @@ class IngestOrder:
     Not thread-safe: the runtime calls it under its ingest lock.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, bucket_s: float = BUCKET_S) -> None:
+        """``bucket_s``: wall seconds one bucket of the index covers before the next one starts (> 0)."""
+        if not bucket_s > 0:
+            raise ValueError(f"bucket_s must be > 0, not {bucket_s}")
+        self.bucket_s = bucket_s
         self.next_seq = 1
         """The position the next accepted event gets."""
         self.last_stamp = 0
@@ -89,7 +93,7 @@ class IngestOrder:
         last = self._buckets[-1] if self._buckets else None
         if (
             last is not None
-            and now - last.started_s < BUCKET_S
+            and now - last.started_s < self.bucket_s
             and last.events < BUCKET_EVENTS
             and first_seq >= last.first_seq
         ):

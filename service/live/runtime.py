@@ -106,6 +106,8 @@ class LiveRuntime:
         Events queued for one worker at most (``LACE_WORKER_BACKLOG``); ingest answers 503 past it.
     worker_fault : str, optional
         ``LACE_WORKER_FAULT`` (tests): ``raise:<query name>:<n>``.
+    ingest_order_bucket_s : float
+        ``LACE_INGEST_ORDER_BUCKET_S``: wall seconds one bucket of the ingest order's index covers.
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class LiveRuntime:
         workers: int | None = None,
         worker_backlog: int = WORKER_BACKLOG,
         worker_fault: str | None = None,
+        ingest_order_bucket_s: float = 1.0,
     ) -> None:
         self.sessions = sessions
         self.la_process = la_process
@@ -162,7 +165,7 @@ class LiveRuntime:
         self.by_type: dict[str, list[LiveQuery]] = {}
         self.event_time = EventTime(self._type_lateness, idle_timeout_s)
         """Per event type: the newest ts accepted and its watermark (:mod:`service.live.event_time`)."""
-        self.order = IngestOrder()
+        self.order = IngestOrder(ingest_order_bucket_s)
         """Positions in the durable ingest order; statements' checkpoints (:mod:`service.live.ingest_order`)."""
         self.ingest_path = Ingest(
             self, max_reported=max_reported, max_future_skew_us=max_future_skew_us, dedup_window=dedup_window

@@ -64,3 +64,22 @@ def test_the_index_stays_bounded_and_merging_only_moves_positions_earlier() -> N
     assert order.position_of(11, known_from=1) <= exact
     order.forget_before(exact)
     assert order.floor <= exact
+
+
+def test_a_bucket_covers_the_wall_seconds_it_is_given() -> None:
+    """``LACE_INGEST_ORDER_BUCKET_S``: requests further apart than a bucket's wall seconds start a new bucket, so a
+    horizon between them maps to the later request's first position; within one bucket, to the bucket's first."""
+    import time
+
+    import pytest
+
+    fine, coarse = IngestOrder(bucket_s=0.05), IngestOrder(bucket_s=3_600)
+    for order in (fine, coarse):
+        order.take([ev(100)])
+    time.sleep(0.06)
+    for order in (fine, coarse):
+        order.take([ev(200)])
+    assert fine.position_of(150, known_from=1) == 2
+    assert coarse.position_of(150, known_from=1) == 1
+    with pytest.raises(ValueError, match="bucket_s"):
+        IngestOrder(bucket_s=0)
