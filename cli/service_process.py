@@ -49,7 +49,6 @@ HARNESS_SETTINGS: dict[str, Any] = {
     "webhook_backoff_base_s": 0.1,
     "webhook_backoff_max_s": 1.0,
     "max_body_bytes": 1_000_000,
-    "webhook_poll_s": 0.05,
     "webhook_timeout_s": 3,
     "archive_flush_age_s": 0.5,
     # the shared services' tests march event time an hour apart each (EventClock): allow a year ahead

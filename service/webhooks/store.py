@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, insert, or_, select, update
+from sqlalchemy import Table, bindparam, func, insert, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.core.config import Settings
@@ -144,6 +144,34 @@ def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease
             )
             for i, (d, a, w, qname) in enumerate(rows)
         ]
+
+
+def next_due_us(sessions: sessionmaker[Session], *, now_us: int) -> int | None:
+    """The earliest time (int us UTC) at which :func:`claim_due` may lease something it does not lease at ``now_us``,
+    over the deliveries it can lease (pending, of a live webhook, with their alert and query): an unleased one's next
+    attempt where the circuit is closed, its probe time where the circuit is open, a leased one's lease end (None:
+    nothing pending that a claim could take; only a new or released delivery, which wakes the dispatcher, changes
+    that). Early is harmless (a claim finds nothing), late never happens."""
+    unleased = or_(DeliveryRow.lease_until_us.is_(None), DeliveryRow.lease_until_us < now_us)
+
+    def earliest(column: Any, *where: Any) -> Any:  # over the rows claim_due leases through: the same joins
+        return _live(
+            select(func.min(column))
+            .select_from(DeliveryRow)
+            .join(AlertRow, AlertRow.id == DeliveryRow.alert_id)
+            .join(WebhookRow, WebhookRow.id == DeliveryRow.webhook_id)
+            .join(QueryRow, QueryRow.id == AlertRow.query_id)
+            .where(DeliveryRow.status == "pending", *where)
+        )
+
+    with sessions() as s:
+        times = [
+            s.scalar(earliest(DeliveryRow.next_attempt_at_us, unleased, WebhookRow.circuit == "closed")),
+            s.scalar(earliest(WebhookRow.probe_at_us, unleased, WebhookRow.circuit == "open")),
+            s.scalar(earliest(DeliveryRow.lease_until_us, DeliveryRow.lease_until_us >= now_us)),
+        ]
+    found = [int(t) for t in times if t is not None]
+    return min(found) if found else None
 
 
 def alert_payload(a: AlertRow, query_name: str) -> dict[str, Any]:
