@@ -149,6 +149,8 @@ class Settings(BaseSettings):
     """Attempts in flight (connections); an attempt holds its slot until its outcome is committed, so this also
     bounds the deliveries a crash sends again (issue 25: 32 held (b)'s commit -> webhook p99 at 8-14 s, 64 at 3-7 s)."""
     webhook_poll_s: Annotated[float, Field(gt=0)] = 1.0
+    """The longest the webhook dispatcher sleeps (seconds): new alerts wake it, and after a round that leased nothing
+    it sleeps until the next retry, lease end or circuit probe comes due."""
     webhook_batch: Annotated[int, Field(ge=1)] = 200
     """Deliveries leased and not yet finished at most; the dispatcher claims again when half are done."""
     webhook_breaker_failures: Annotated[int, Field(ge=0)] = 5
