@@ -242,11 +242,11 @@ def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(
         names = tuple(f"v{i}" for i in range(k))
         layouts.append((names, names, (False,) * k))
     layouts += [(("a", "b"), ("a", "b"), (False, True)), (("x%d", 'q"'), ("x%d", 'q"'), (False, False)),
-                (("a", "b", "c"), ("a", "c"), (False, False))]
+                (("a", "b", "c"), ("a", "c"), (False, False)), (("é", "b"), ("é", "b"), (False, False))]
     ms = []
     while len(ms) < 6_000:
         layout = rnd.choice(layouts)
-        name = rnd.choice([None, "q", "q%s"])
+        name = rnd.choice([None, "q", "q%s", "qü"])  # non-ASCII names: the templates are UTF-8 bytes
         fields = rnd.choice([None, None, None, {"f": rnd.random()}])
         for _ in range(rnd.choice([1, 3, 1_500])):  # long runs cross the 1,024-line blocks
             env = tuple((rnd.choice(events), rnd.choice(events)) if kl else rnd.choice(events) for kl in layout[2])
