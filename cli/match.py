@@ -245,7 +245,7 @@ def _run_match(
     column_types: dict[str, str] | None = None,
 ) -> None:
     from engine.match_files import MatchWriter
-    from engine.matcher import LateEventError
+    from engine.matcher import LateEventError, Matcher, push_events
     from engine.plugins.api import PluginError
     from engine.rules.graph import DerivedInputError
 
@@ -269,8 +269,18 @@ def _run_match(
         sink = MatchWriter(_open_out_binary(out), fmt)  # type: ignore[arg-type]
         push, write = matcher.push, sink.write
         take_late = getattr(matcher, "take_late", None)
+        native = isinstance(matcher, Matcher)  # one live pattern query: the compiled driver loop (push_events)
         for batch in source.batches():
-            for i, event in enumerate(batch, n_events):
+            pos = 0
+            while native:  # to the end of the batch, stopping at each late event to report it
+                pos, late = push_events(matcher, write, batch, pos)
+                if late is None:
+                    break
+                n_late += 1
+                if n_late <= MAX_LATE_REPORTS:
+                    warn(f"{events} {source.where(n_events + pos)}: {late}")
+                pos += 1
+            for i, event in enumerate(() if native else batch, n_events):  # a rule graph's run
                 try:
                     found = push(event)
                 except LateEventError as e:
