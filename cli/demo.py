@@ -44,11 +44,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from cli.app import app, fail
 from cli.app import console as app_console
@@ -71,6 +69,9 @@ from cli.demo_streams import (
     split_stream,
 )
 from engine.events import Event
+
+if TYPE_CHECKING:  # rich is imported where the demo draws, not by every `lace` command
+    from rich.console import Console
 
 __all__ = [
     "ARCHIVE_BATCH",
@@ -218,6 +219,8 @@ def _run(
             demo = _Demo(client, receiver, service, console, show, last_id)
             types = demo.register_types(events)
             console.print(f"event types registered: {', '.join(types)} (inferred from the data, key {KEY!r})")
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
             columns = (TextColumn("{task.description:<24}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
             ended: list[str] = []
             with Progress(*columns, console=console, transient=False) as progress:

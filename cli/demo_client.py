@@ -10,13 +10,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from cli.demo_report import _fmt_fields, _fmt_time, _iso_us
 from cli.demo_streams import KEY, DemoError, DemoQuery
 from engine.events import Event
+
+if TYPE_CHECKING:  # rich is imported where the demo draws, not by every `lace` command
+    from rich.console import Console
 
 
 @dataclass

@@ -10,12 +10,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from engine.events import Event
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # rich is imported where the demo draws, not by every `lace` command
+    from rich.console import Console
+
     from cli.demo_client import QueryRun
 
 
@@ -51,6 +50,8 @@ def _summary(
     seconds: dict[str, float], events: list[Event], archived: list[Event], live: list[Event], ended: list[str],
     tolerance_s: float,
 ) -> dict[str, Any]:
+    from rich.table import Table
+
     table = Table(title="summary (webhooks: verified deliveries; p50/p99: ingest-to-webhook latency)")
     for col in ("query", "kind", "alerts", "webhooks", "archive req.", "p50 ms", "p99 ms"):
         table.add_column(col, justify="left" if col in ("query", "kind") else "right", no_wrap=col in ("query", "kind"))

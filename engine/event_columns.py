@@ -78,6 +78,14 @@ def _all_match(values: pa.Array, pattern: str) -> tuple[bool, int]:
     return bad < 0, bad
 
 
+def _without_plus(values: pa.Array) -> pa.Array:
+    """Text values without their leading ``+`` (as ``int64`` casts need them): the regex replacement runs only
+    when some value starts with one (a check 15x as cheap; the same values either way)."""
+    if pc.any(pc.starts_with(values, "+")).as_py():
+        return pc.replace_substring_regex(values, r"^\+", "")
+    return values
+
+
 def _nan_to_null(values: pa.Array) -> pa.Array:
     if pa.types.is_floating(values.type):
         nan = pc.is_nan(values)
@@ -103,7 +111,7 @@ def _cast_text(values: pa.Array, kind: str, column: str) -> pa.Array:
         ok, bad = _all_match(values, _INT_ANY)
         if ok:
             try:
-                return pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
+                return pc.cast(_without_plus(values), pa.int64())
             except pa.ArrowInvalid:
                 bad = next(i for i, v in enumerate(values.to_pylist()) if v is not None and not _fits_int64(int(v)))
                 raise ColumnError(bad, column, f"{values[bad].as_py()!r} is out of the int64 range") from None
@@ -127,20 +135,39 @@ def _fits_int64(v: int) -> bool:
 
 def infer_text(values: pa.Array) -> str:
     """The type of a CSV column from all of its values (module docstring); ``string`` when in doubt."""
+    return infer_column(values)[0]
+
+
+def infer_column(values: pa.Array) -> tuple[str, pa.Array]:
+    """A CSV column typed by :func:`infer_text`'s rule, in one pass of its checks.
+
+    Parameters
+    ----------
+    values : pa.Array
+        The column's text (:func:`text_column`: trimmed, nulls for the missing spellings).
+
+    Returns
+    -------
+    tuple[str, pa.Array]
+        ``(kind, typed)``: the type :func:`infer_text` gives (``bool``, ``int``, ``float`` or ``string``) and the
+        values as ``_cast_text(values, kind, column)`` gives them (bool, int64, float64, or ``values`` itself),
+        the conversion inference already made reused rather than made again. Raises nothing: every value fits the
+        type inferred.
+    """
     if values.null_count == len(values):
-        return "string"
+        return "string", values
     if _all_match(values, _BOOL)[0]:
-        return "bool"
+        return "bool", pc.match_substring_regex(values, r"^(?i)true$")
     if _all_match(values, _INT_CANON)[0]:
         try:
-            pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
-            return "int"
+            return "int", pc.cast(_without_plus(values), pa.int64())
         except pa.ArrowInvalid:
-            return "string"  # beyond int64: an identifier, not a number
+            return "string", values  # beyond int64: an identifier, not a number
     if _all_match(values, _FLOAT_CANON)[0]:
-        if not pc.any(pc.is_inf(pc.cast(values, pa.float64()))).as_py():
-            return "float"
-    return "string"
+        floats = pc.cast(values, pa.float64())
+        if not pc.any(pc.is_inf(floats)).as_py():
+            return "float", floats
+    return "string", values
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +306,7 @@ def _timestamps_text(values: pa.Array, unit: str, column: str, numeric_only: boo
     try:
         if _all_match(values, _INT_ANY)[0]:
             kind = "ms" if unit == "auto" else unit
-            ints = pc.cast(pc.replace_substring_regex(values, r"^\+", ""), pa.int64())
+            ints = pc.cast(_without_plus(values), pa.int64())
             return pc.multiply_checked(ints, _int64(10 ** _DIGITS_PER_UNIT[kind]))
         if _all_match(values, _DECIMAL)[0] and unit != "us":
             digits = _DIGITS_PER_UNIT["s" if unit == "auto" else unit]

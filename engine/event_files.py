@@ -50,6 +50,7 @@ from engine.event_columns import (
     _cast_text,
     _first,
     _null,
+    infer_column,
     infer_text,
     string_fallback,
     text_column,
@@ -170,10 +171,13 @@ def read_csv_table(path: str | Path, *, ts_unit: str = "auto", schema: dict[str,
     for n, values in cols.items():
         if n in HEADER_FIELDS:
             continue
-        kind = declared.get(n) or infer_text(values)
-        if kind == "string" and n not in declared and (why := string_fallback(values, n)) is not None:
-            fallbacks.append(why)
-        attrs[n] = timestamp_column(values, ts_unit, n) if kind == "timestamp" else _cast_text(values, kind, n)
+        kind = declared.get(n)
+        if kind is None:
+            kind, attrs[n] = infer_column(values)  # typed as it was inferred: the same values as _cast_text's
+            if kind == "string" and (why := string_fallback(values, n)) is not None:
+                fallbacks.append(why)
+        else:
+            attrs[n] = timestamp_column(values, ts_unit, n) if kind == "timestamp" else _cast_text(values, kind, n)
         kinds[n] = kind
     table = EventTable(ids, types, ts_values, attrs, kinds, interval_ends(cols.get("ts_end"), ts_values, ts_unit))
     table.string_fallbacks = fallbacks

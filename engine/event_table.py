@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.events import Event
+from engine.events import Event, make_events
 
 BATCH_ROWS = 65_536
 
@@ -77,7 +77,7 @@ class EventTable:
 
     def _batch(self, types: _Interned, columns: list[_Plain], lo: int, n: int) -> list[Event]:
         names = tuple(sys.intern(n) for n in self.attrs)  # the matcher's partition-key lookup then hits by identity
-        ids = range(lo + 1, lo + n + 1) if self.ids is None else _py_values(self.ids.slice(lo, n))
+        ids = None if self.ids is None else _py_values(self.ids.slice(lo, n))  # None: id = row number
         cols = [c.values(lo, n) for c in columns]
         if not cols:
             attrs: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -91,10 +91,8 @@ class EventTable:
                 for i in _py_values(pc.indices_nonzero(part.is_null())):
                     del attrs[i][name]
         ts = _py_values(self.ts.slice(lo, n))
-        if self.ts_end is None:
-            return list(map(Event, ids, types.values(lo, n), ts, attrs))
-        ends = _py_values(self.ts_end.slice(lo, n))
-        return list(map(Event, ids, types.values(lo, n), ts, attrs, ends))
+        ends = None if self.ts_end is None else _py_values(self.ts_end.slice(lo, n))
+        return make_events(lo + 1, ids, types.values(lo, n), ts, attrs, ends)
 
 
 @contextmanager

@@ -98,6 +98,52 @@ class Event:
         return hash((self.id, self.type, self.ts))
 
 
+def make_events(
+    first_id: int,
+    ids: list[int] | None,
+    types: list[str],
+    ts: list[int],
+    attrs: list[dict[str, Any]],
+    ends: list[int] | None = None,
+) -> list[Event]:
+    """Events from columns of Python values, one per row: what ``list(map(Event, ids, types, ts, attrs[, ends]))``
+    gives, made by a loop that the compiled build (issue 45) runs natively (:mod:`engine.event_table`'s batches).
+
+    Parameters
+    ----------
+    first_id : int
+        The id of the first event when ``ids`` is None (then ids run ``first_id, first_id + 1, ...``).
+    ids : list[int] or None
+        Event ids, or None.
+    types : list[str]
+        Event types; their length is the number of events.
+    ts : list[int]
+        Event times, int microseconds UTC, as long as ``types``.
+    attrs : list[dict]
+        Each event's attributes (the dicts are the events' own, not copied), as long as ``types``.
+    ends : list[int] or None
+        ``ts_end`` of each event (int microseconds UTC; ``ts`` for a point event), or None: point events.
+
+    Returns
+    -------
+    list[Event]
+        In row order. IndexError when a column is shorter than ``types``.
+    """
+    out: list[Event] = []
+    n = len(types)
+    if ends is None:
+        if ids is None:
+            for i in range(n):
+                out.append(Event(first_id + i, types[i], ts[i], attrs[i]))
+        else:
+            for i in range(n):
+                out.append(Event(ids[i], types[i], ts[i], attrs[i]))
+        return out
+    for i in range(n):
+        out.append(Event(first_id + i if ids is None else ids[i], types[i], ts[i], attrs[i], ends[i]))
+    return out
+
+
 def attr_getter(attr: str) -> Callable[[Event], Any]:
     """``event -> value`` of attribute ``attr`` as :meth:`Event.get` reads it (header fields ``ts``, ``id``,
     ``type``, ``ts_end``, ``duration`` first; a missing attribute is None), specialised once per attribute:

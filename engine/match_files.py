@@ -7,8 +7,8 @@ A JSONL line is ``Match.to_json()`` as compact JSON (docs/architecture.md sectio
 The engine's matches keep their binding (slot layout + environment); for those the line
 is filled into a template made once per layout (variable names JSON-encoded when the
 template is built, never evaluated). Consecutive matches of one all-single layout are
-gathered as flat values (slot ids, start, end) and formatted 1,024 lines by one string
-formatting of the template repeated: no string object per line. Other matches go through
+gathered as flat values (slot ids, start, end) and formatted 1,024 lines by one ``%`` of
+the template (UTF-8 bytes) repeated: no object per line. Other matches go through
 ``orjson``; all give the same bytes.
 
 A Parquet file has the columns ``query`` (string), ``start``, ``end`` (int64, microseconds
@@ -166,20 +166,22 @@ _Take = Callable[[list[Match], int, Any, Any, list[int]], int]
 # index. Fixed arities read the slots as typed locals (the compiled build, issue 45).
 _TAKE: dict[int, _Take] = {1: _take1, 2: _take2, 3: _take3, 4: _take4}
 _LINES_PER_FORMAT = 1024  # matches formatted by one % of the template repeated
-_templates: dict[tuple[int, Any], tuple[Any, str | None]] = {}  # (id(layout), query) -> (layout, template)
-_blocks: dict[str, str] = {}  # template -> template * _LINES_PER_FORMAT
+_WRITE_BYTES = 1 << 17  # bytes of JSONL text written at once
+_templates: dict[tuple[int, Any], tuple[Any, bytes | None]] = {}  # (id(layout), query) -> (layout, template)
+_blocks: dict[bytes, bytes] = {}  # template -> template * _LINES_PER_FORMAT
 
 
-def _fast_template(layout: Any, query: Any) -> str | None:
-    """The line template (newline included) of matches without fields of an all-single ``layout`` whose slots
-    are in variable order: the query name and empty fields are in it, then ``%d`` per slot, start, end;
-    None for any other layout (those lines go through :func:`match_line`)."""
+def _fast_template(layout: Any, query: Any) -> bytes | None:
+    """The line template (newline included, UTF-8) of matches without fields of an all-single ``layout`` whose
+    slots are in variable order: the query name and empty fields are in it, then ``%d`` per slot, start, end;
+    None for any other layout (those lines go through :func:`match_line`). Bytes: ``bytes % values`` formats the
+    ints as ``str % values`` does, and 1.5x as fast as it and the ``encode`` after it (issue 45)."""
     variables, slot_vars, kleene = layout
     if any(kleene) or tuple(slot_vars) != tuple(variables) or not variables:
         return None
     parts = ",".join(f"{_dumps(v).replace('%', '%%')}:[%d]" for v in variables)
     q = _query(query).replace("%", "%%")
-    return '{"query":' + q + ',"events":{' + parts + '},"start":%d,"end":%d,"fields":{}}\n'
+    return ('{"query":' + q + ',"events":{' + parts + '},"start":%d,"end":%d,"fields":{}}\n').encode()
 
 
 def match_line(match: Match) -> str:
@@ -219,11 +221,11 @@ class MatchWriter:
         self._own = not hasattr(out, "write")
         self._out: BinaryIO = open(out, "wb") if self._own else out  # type: ignore[arg-type, assignment]
         self._batch = batch
-        # jsonl: formatted text, and the run of matches of one fast layout being gathered as flat values
-        self._parts: list[str] = []
+        # jsonl: formatted text (UTF-8), and the run of matches of one fast layout being gathered as flat values
+        self._parts: list[bytes] = []
         self._n_parts = 0  # lines in _parts
         self._flat: list[int] = []
-        self._run: tuple[Any, Any, Any, int, str] | None = None  # (take, layout, query, values per line, template)
+        self._run: tuple[Any, Any, Any, int, bytes] | None = None  # (take, layout, query, values per line, template)
         self._run_n = 0
         self._pending: list[Match] = []
         self._pq: Any = None
@@ -265,7 +267,7 @@ class MatchWriter:
                     entry = _templates[key] = (layout, _fast_template(layout, m.query))
                 template = entry[1]
             if template is None:
-                self._parts.append(match_line(m) + "\n")
+                self._parts.append((match_line(m) + "\n").encode())
                 self._n_parts += 1
                 pos += 1
             else:
@@ -318,7 +320,21 @@ class MatchWriter:
     def _flush_lines(self) -> None:
         self._format_run()
         if self._parts:
-            self._out.write("".join(self._parts).encode())
+            # written a piece of at most about _WRITE_BYTES at a time (a formatted block of 1,024 lines is one
+            # piece; single lines are joined up to that size): a batch-sized str and its bytes (6 MB each per 65,536
+            # lines) came in fresh pages every batch, half of the page faults of `lace match` (issue 45)
+            out = self._out
+            group: list[bytes] = []
+            size = 0
+            for part in self._parts:
+                if size + len(part) > _WRITE_BYTES and group:
+                    out.write(b"".join(group))
+                    group.clear()
+                    size = 0
+                group.append(part)
+                size += len(part)
+            if group:
+                out.write(b"".join(group))
             self.written += self._n_parts
             self._parts.clear()
             self._n_parts = 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Literal, cast
 
 from engine.buffer.chain import ChainState, ChainStorage
@@ -524,3 +524,41 @@ class Matcher:
             del self.states[key]
             if watching is not None:
                 watching.forget_key(key)
+
+
+def push_events(
+    matcher: Matcher, write: Callable[[list[Match]], object], events: list[Event], start: int
+) -> tuple[int, LateEventError | None]:
+    """Push ``events[start:]`` into ``matcher`` in order, handing each non-empty list of matches to ``write``: the
+    driver loop of ``lace match`` (cli/match.py), here so that the compiled build (issue 45) runs it natively and
+    calls :meth:`Matcher.push` without the interpreter.
+
+    Parameters
+    ----------
+    matcher : Matcher
+        Receives the events.
+    write : callable
+        Called with each non-empty result of ``push``, in order.
+    events : list[Event]
+        A batch of events (in file order).
+    start : int
+        The index in ``events`` to begin at.
+
+    Returns
+    -------
+    tuple[int, LateEventError | None]
+        ``(len(events), None)`` once every event is pushed; ``(i, error)`` when ``events[i]`` was rejected as late
+        (nothing written for it): the caller reports it and calls again with ``start = i + 1``. Any other
+        exception of ``push`` or ``write`` propagates.
+    """
+    n = len(events)
+    i = start
+    while i < n:
+        try:
+            found = matcher.push(events[i])
+        except LateEventError as e:
+            return i, e
+        if found:
+            write(found)
+        i += 1
+    return n, None

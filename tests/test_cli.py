@@ -262,6 +262,27 @@ def test_match_late_events_with_the_real_engine(real_engine, write_file):
     assert len(lenient.stdout.splitlines()) == 2
 
 
+
+def test_match_late_events_across_batches_are_reported_by_line(real_engine, write_file, monkeypatch):
+    """The compiled driver loop (engine.matcher.push_events) stops at each late event: every one is counted, the
+    first ten are reported with their file line (in any batch), the events after each are still matched."""
+    import engine.io
+
+    monkeypatch.setattr(engine.io.EventFile.batches, "__defaults__", (4,))  # batches of 4 events
+    query = write_file("q.lql", "PATTERN SEQ(A a, B b)\nWITHIN 100 seconds\n")
+    rows = ["A,50000"] + [f"A,{1000 + i}" for i in range(12)] + ["B,60000", "A,1", "B,61000"]
+    events = write_file("ev.csv", "type,ts\n" + "\n".join(rows) + "\n")
+    result = invoke("match", "-q", str(query), "-e", str(events), "--stats")
+    assert result.exit_code == 0, result.output
+    *warnings, more, stats_line = result.stderr.splitlines()
+    assert [w.split(": ")[1] for w in warnings] == [f"{events} line {n}" for n in range(3, 13)]
+    assert more == "warning: 3 more late events rejected (13 in all)"
+    assert json.loads(stats_line)["late"] == 13
+    assert [json.loads(line)["events"] for line in result.stdout.splitlines()] == [
+        {"a": [1], "b": [14]}, {"a": [1], "b": [16]}
+    ]
+
+
 # ------------------------------------------------------------ lace explain (issue 16)
 
 

@@ -242,11 +242,11 @@ def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(
         names = tuple(f"v{i}" for i in range(k))
         layouts.append((names, names, (False,) * k))
     layouts += [(("a", "b"), ("a", "b"), (False, True)), (("x%d", 'q"'), ("x%d", 'q"'), (False, False)),
-                (("a", "b", "c"), ("a", "c"), (False, False))]
+                (("a", "b", "c"), ("a", "c"), (False, False)), (("é", "b"), ("é", "b"), (False, False))]
     ms = []
     while len(ms) < 6_000:
         layout = rnd.choice(layouts)
-        name = rnd.choice([None, "q", "q%s"])
+        name = rnd.choice([None, "q", "q%s", "qü"])  # non-ASCII names: the templates are UTF-8 bytes
         fields = rnd.choice([None, None, None, {"f": rnd.random()}])
         for _ in range(rnd.choice([1, 3, 1_500])):  # long runs cross the 1,024-line blocks
             env = tuple((rnd.choice(events), rnd.choice(events)) if kl else rnd.choice(events) for kl in layout[2])
@@ -376,3 +376,16 @@ def test_a_column_kept_a_string_by_a_minority_of_values_is_reported(tmp_path):
     assert open_event_file(path, schema={"alt": "string", "ok": "string"}).warnings() == []
     with pytest.raises(EventFileError, match="line 5, column 4 'alt'"):
         open_event_file(path, schema={"alt": "float"})
+
+
+def test_csv_ints_with_a_plus_sign(tmp_path):
+    """A leading ``+`` on ids, ts and int attributes is read as the number (the cast needs it removed); a column
+    without one reads the same (the removal only runs when some value has one)."""
+    p = tmp_path / "ev.csv"
+    p.write_text("id,type,ts,k,n\n+1,A,+1500,+7,3\n2,B,2500,-8,+4\n")
+    assert list(read_events(p)) == [
+        Event(1, "A", 1_500_000, {"k": 7, "n": 3}),
+        Event(2, "B", 2_500_000, {"k": -8, "n": 4}),
+    ]
+    p.write_text("type,ts,k\nA,1500,7\nB,2500,-8\n")
+    assert list(read_events(p)) == [Event(1, "A", 1_500_000, {"k": 7}), Event(2, "B", 2_500_000, {"k": -8})]

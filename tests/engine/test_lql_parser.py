@@ -532,3 +532,27 @@ def test_pattern_clauses_may_come_in_any_order():
     b = parse("PATTERN SEQ(A a, B b) WITHIN 1 s STRATEGY skip_till_next_match PARTITION BY k WHERE a.x < b.x")
     assert nopos(a) == nopos(b)
     assert b.within_us == 1_000_000 and b.strategy == "skip_till_next_match" and b.partition_by == ("k",)
+
+
+def test_parser_cache_saves_loads_and_survives_a_bad_file(tmp_path, monkeypatch):
+    """The LQL parser is saved in LACE_CACHE_DIR once built and loaded from there next time; a truncated or foreign
+    file there is ignored (the parser is built again and the file replaced); an empty LACE_CACHE_DIR: no cache."""
+    from engine.lql import parser as p
+
+    text = "PATTERN SEQ(A a, B b) WHERE a.x > 1 WITHIN 5 s"
+    expected = p.parse(text)
+    monkeypatch.setenv("LACE_CACHE_DIR", str(tmp_path))
+    p._lark.cache_clear()
+    try:
+        assert p.parse(text) == expected  # built, then saved
+        (saved,) = tmp_path.glob("lql-parser-*.pickle")
+        p._lark.cache_clear()
+        assert p.parse(text) == expected  # loaded
+        saved.write_bytes(saved.read_bytes()[:100])
+        p._lark.cache_clear()
+        assert p.parse(text) == expected  # truncated: built and saved again
+        assert saved.stat().st_size > 100 and len(list(tmp_path.iterdir())) == 1
+        monkeypatch.setenv("LACE_CACHE_DIR", "")
+        assert p._parser_cache("grammar") is None
+    finally:
+        p._lark.cache_clear()
