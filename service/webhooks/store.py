@@ -96,19 +96,27 @@ def _live(stmt: Any) -> Any:
     return stmt.where(WebhookRow.active.is_(True), WebhookRow.deleted_at_us.is_(None))
 
 
-def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease_us: int) -> list[Job]:
-    """Lease up to ``limit`` pending deliveries whose next attempt is due (closed circuits), plus
-    one probe per open circuit whose probe time has come."""
-    base = (
-        select(DeliveryRow, AlertRow, WebhookRow, QueryRow.name)
+def _pending(*columns: Any) -> Any:
+    """``columns`` of the pending deliveries joined to their alert, webhook and query (what a claim leases
+    through)."""
+    return (
+        select(*columns)
+        .select_from(DeliveryRow)
         .join(AlertRow, AlertRow.id == DeliveryRow.alert_id)
         .join(WebhookRow, WebhookRow.id == DeliveryRow.webhook_id)
         .join(QueryRow, QueryRow.id == AlertRow.query_id)
-        .where(
-            DeliveryRow.status == "pending",
-            or_(DeliveryRow.lease_until_us.is_(None), DeliveryRow.lease_until_us < now_us),
-        )
+        .where(DeliveryRow.status == "pending")
     )
+
+
+def _unleased(now_us: int) -> Any:
+    return or_(DeliveryRow.lease_until_us.is_(None), DeliveryRow.lease_until_us < now_us)
+
+
+def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease_us: int) -> list[Job]:
+    """Lease up to ``limit`` pending deliveries whose next attempt is due (closed circuits), plus
+    one probe per open circuit whose probe time has come."""
+    base = _pending(DeliveryRow, AlertRow, WebhookRow, QueryRow.name).where(_unleased(now_us))
     with transaction(sessions) as s:
         probes: list[Any] = []
         for wid in s.scalars(
@@ -152,17 +160,10 @@ def next_due_us(sessions: sessionmaker[Session], *, now_us: int) -> int | None:
     attempt where the circuit is closed, its probe time where the circuit is open, a leased one's lease end (None:
     nothing pending that a claim could take; only a new or released delivery, which wakes the dispatcher, changes
     that). Early is harmless (a claim finds nothing), late never happens."""
-    unleased = or_(DeliveryRow.lease_until_us.is_(None), DeliveryRow.lease_until_us < now_us)
+    unleased = _unleased(now_us)
 
-    def earliest(column: Any, *where: Any) -> Any:  # over the rows claim_due leases through: the same joins
-        return _live(
-            select(func.min(column))
-            .select_from(DeliveryRow)
-            .join(AlertRow, AlertRow.id == DeliveryRow.alert_id)
-            .join(WebhookRow, WebhookRow.id == DeliveryRow.webhook_id)
-            .join(QueryRow, QueryRow.id == AlertRow.query_id)
-            .where(DeliveryRow.status == "pending", *where)
-        )
+    def earliest(column: Any, *where: Any) -> Any:
+        return _live(_pending(func.min(column)).where(*where))
 
     with sessions() as s:
         times = [
