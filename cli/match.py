@@ -256,6 +256,14 @@ def _run_match(
     start = time.perf_counter()
     sink = None
     thresholds = gc.get_threshold()
+
+    def late(at: int, reason: object) -> None:
+        """Count a late event (row ``at`` of the file) and report the first MAX_LATE_REPORTS."""
+        nonlocal n_late
+        n_late += 1
+        if n_late <= MAX_LATE_REPORTS:
+            warn(f"{events} {source.where(at)}: {reason}")
+
     try:
         source = open_event_file(events, ts_unit=ts_unit.value, schema=column_types)
         for message in source.warnings():
@@ -271,32 +279,25 @@ def _run_match(
         take_late = getattr(matcher, "take_late", None)
         native = isinstance(matcher, Matcher)  # one live pattern query: the compiled driver loop (push_events)
         for batch in source.batches():
-            pos = 0
-            while native:  # to the end of the batch, stopping at each late event to report it
-                pos, late = push_events(matcher, write, batch, pos)
-                if late is None:
-                    break
-                n_late += 1
-                if n_late <= MAX_LATE_REPORTS:
-                    warn(f"{events} {source.where(n_events + pos)}: {late}")
-                pos += 1
-            for i, event in enumerate(() if native else batch, n_events):  # a rule graph's run
-                try:
-                    found = push(event)
-                except LateEventError as e:
-                    n_late += 1
-                    if n_late <= MAX_LATE_REPORTS:
-                        warn(f"{events} {source.where(i)}: {e}")
-                    continue
-                except DerivedInputError as e:  # EMIT INTO a type the file holds: one line, no traceback
-                    fail(f"{events} {source.where(i)}: {e}")
-                if found:
-                    write(found)
-                if take_late is not None:
-                    for reason in take_late():
-                        n_late += 1
-                        if n_late <= MAX_LATE_REPORTS:
-                            warn(f"{events} {source.where(i)}: {reason}")
+            if native:  # to the end of the batch, stopping at each late event to report it
+                pos, error = push_events(matcher, write, batch, 0)
+                while error is not None:
+                    late(n_events + pos, error)
+                    pos, error = push_events(matcher, write, batch, pos + 1)
+            else:  # a rule graph's run
+                for i, event in enumerate(batch, n_events):
+                    try:
+                        found = push(event)
+                    except LateEventError as e:
+                        late(i, e)
+                        continue
+                    except DerivedInputError as e:  # EMIT INTO a type the file holds: one line, no traceback
+                        fail(f"{events} {source.where(i)}: {e}")
+                    if found:
+                        write(found)
+                    if take_late is not None:
+                        for reason in take_late():
+                            late(i, reason)
             n_events += len(batch)
         at_end = matcher.stats() if stats else {}  # before the end of the stream drops every key's state
         write(matcher.flush())
