@@ -80,6 +80,9 @@ def run(svc: ServiceProcess, rx: Receiver, n: int, rate: float = 0.0) -> None:
 def claims(n: int = 5_000) -> None:
     """Fill a SQLite database with ``n`` pending deliveries through a service (its webhook paused), then time
     :func:`~service.webhooks.store.claim_due` leasing them 1, 10 and 200 at a time (CPU ms per delivery, best of 2)."""
+    from sqlalchemy import update
+
+    from service.db.models import WebhookRow
     from service.db.session import make_engine, make_session_factory, now_us
     from service.webhooks.store import claim_due, release_leases
 
@@ -98,10 +101,6 @@ def claims(n: int = 5_000) -> None:
                 assert c.post("/events", json=events).json()["accepted"] == len(events)
         svc.stop()
         sessions = make_session_factory(make_engine(svc.db.url))
-        from sqlalchemy import update
-
-        from service.db.models import WebhookRow
-
         with sessions.begin() as s:
             s.execute(update(WebhookRow).values(active=True))
         for size in (1, 10, 200):
