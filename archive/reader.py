@@ -33,6 +33,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
+from archive.decoded_files import DecodedFiles
 from archive.ranges import Range, Request, hull, request_mask, time_union
 from archive.schema import CATALOG_FILE, TS_TYPE, US_PER_DAY, load_catalog, record_schema
 from archive.spark import get_spark, native_delta_available
@@ -256,6 +257,9 @@ class ArchiveReader:
         Default: the process's session (:func:`archive.spark.get_spark`).
     backend : {"auto", "native", "filelist"}
         ``auto`` picks ``native`` when the Delta connector is available.
+    decoded_bytes : int, optional
+        Budget of the files :meth:`read_arrow` keeps decoded (:class:`archive.decoded_files.DecodedFiles`);
+        0: none, every read decodes its files. Default: ``LACE_ARCHIVE_CACHE_MB``.
 
     Raises
     ------
@@ -263,7 +267,10 @@ class ArchiveReader:
         For ``backend="native"`` without the connector.
     """
 
-    def __init__(self, root: str | Path, *, spark: SparkSession | None = None, backend: Backend = "auto") -> None:
+    def __init__(
+        self, root: str | Path, *, spark: SparkSession | None = None, backend: Backend = "auto",
+        decoded_bytes: int | None = None,
+    ) -> None:
         self.root = Path(root)
         self.spark = spark if spark is not None else get_spark()
         native = native_delta_available(self.spark)
@@ -278,6 +285,7 @@ class ArchiveReader:
         self._types: dict[str, EventType] = {}
         self._types_stamp = -1
         self._latest: dict[str, DeltaTable] = {}
+        self.decoded = DecodedFiles(decoded_bytes)
 
     # ------------------------------------------------------------------ metadata
 
@@ -390,9 +398,10 @@ class ArchiveReader:
     def read_arrow(self, name: str, *, version: int, request: Request) -> pa.Table:
         """The rows of ``name`` at ``version`` matching ``request`` exactly, read in this process without Spark.
 
-        delta-rs's add actions select the files (:meth:`FileIndex.select`); Arrow reads them with the
-        request's key set and time hull pushed down to row-group statistics, and the rows are then
-        filtered exactly by key and range (:func:`archive.ranges.request_mask`). Record-shaped, without
+        delta-rs's add actions select the files (:meth:`FileIndex.select`); their rows come from the files kept
+        decoded (:attr:`decoded`, issue 43) cut to the request's key set and time hull, or, with no budget
+        for them, from an Arrow scan with the same conditions pushed down; the rows are then filtered exactly
+        by key and range (:func:`archive.ranges.request_mask`). Record-shaped, without
         ``ingested_at`` and ``ingest_seq`` (attributes the version lacks are nulls).
 
         Raises
@@ -414,12 +423,15 @@ class ArchiveReader:
             return schema.empty_table()
         end = "ts_end" if etype.interval else "ts"
         span = hull(request)
+        key = etype.partition_key if None not in request else None
+        if self.decoded.max_bytes > 0:
+            table = self.decoded.select(paths, schema, end, key, span, None if key is None else list(request))
+            return table.filter(pa.array(request_mask(etype, table, request)))
         where = None
         if span is not None:
             lo, hi = (pa.scalar(t, pa.int64()).cast(TS_TYPE) for t in span)
             where = (ds.field(end) >= lo) & (ds.field(end) < hi)
-        if None not in request and etype.partition_key is not None:
-            key = etype.partition_key
+        if key is not None:
             keys = ds.field(key).isin(pa.array(list(request), type=schema.field(key).type))
             where = keys if where is None else where & keys
         table = ds.dataset(paths, schema=schema, format="parquet").to_table(filter=where)

@@ -256,3 +256,34 @@ def _events_of(answer, request):
     evs = [] if table is None else output_to_events(table)
     evs = evs if keep is None else keep_requested(evs, keep, request.key_attr)
     return sorted((e.id, e.type) for e in evs)
+
+
+def test_files_kept_decoded_give_what_a_scan_gives_across_compaction(loaded, spark):
+    """Issue 43: the files an Arrow read keeps decoded (archive.decoded_files) answer every request as a filtered scan
+    of the same files does, kept whole, or dropped and decoded again under a budget smaller than the files, and after
+    a compaction replaced them."""
+    from archive.maintenance import compact
+
+    writer, events = loaded
+    scan = ArchiveReader(writer.root, spark=spark, decoded_bytes=0)
+    kept = ArchiveReader(writer.root, spark=spark, decoded_bytes=1 << 40)
+    tight = ArchiveReader(writer.root, spark=spark, decoded_bytes=20_000)
+    rng = random.Random(43)
+
+    def same(n: int) -> None:
+        for _ in range(n):
+            keys, ranges = random_request(rng)
+            name = rng.choice(["traffic", "parking"])
+            ex = {r: Extractor(r, local_read_bytes=1 << 40) for r in (scan, kept, tight)}
+            want = pairs(ex[scan].extract(name, keys, ranges))
+            assert want == python_filter(events[:1_200], {name}, keys, ranges)
+            assert pairs(ex[kept].extract(name, keys, ranges)) == want, (name, keys, ranges)
+            assert pairs(ex[tight].extract(name, keys, ranges)) == want, (name, keys, ranges)
+
+    same(12)
+    assert kept.decoded.hits > 0 and kept.decoded.misses > 0 and scan.decoded.misses == 0
+    assert 0 < tight.decoded.nbytes <= 20_000 and tight.decoded.misses > kept.decoded.misses
+    misses = kept.decoded.misses
+    assert compact(writer.root, types=["traffic", "parking"], before="2100-01-01")
+    same(6)
+    assert kept.decoded.misses > misses  # the compacted files are new paths, decoded on first use
