@@ -15,7 +15,7 @@ def test_tune_sets_the_thresholds_and_cycles_are_still_collected():
         "    pass\n"
         "import weakref\n"
         "a = Node(); a.me = a; probe = weakref.ref(a); del a\n"
-        "keep = [[] for _ in range(30_000)]\n"  # allocations that live on: the young generation fills, is collected
+        f"keep = [[] for _ in range({GC_THRESHOLDS[0] * 3})]\n"  # allocations that live on: the young generation fills
         "print(probe() is None)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
