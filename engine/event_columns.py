@@ -70,7 +70,8 @@ def _first(mask: pa.Array) -> int:
 
 def _all_match(values: pa.Array, pattern: str) -> tuple[bool, int]:
     """(every non-null value matches, index of the first that does not)."""
-    first = _first(values.is_valid())
+    # without nulls the first value is row 0: no validity mask and index pass over the column (2-4 ms each)
+    first = (0 if len(values) else -1) if not values.null_count else _first(values.is_valid())
     if first >= 0 and not pc.match_substring_regex(values.slice(first, 1), pattern)[0].as_py():
         return False, first  # the first value decides it: no pass over the column (type inference tries many)
     ok = pc.match_substring_regex(values, pattern)
