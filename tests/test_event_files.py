@@ -233,10 +233,13 @@ def test_match_line_equals_orjson_of_to_json():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(seed):
-    """Runs of one all-single layout are formatted 1,024 lines at a time (engine.match_files): the bytes equal
-    one orjson line per match, whatever the mix of layouts, arities (1-6), names, fields and call sizes."""
+    """Matches of an all-single layout are formatted by one literal ``bytes %`` each (engine.match_files, natively
+    in the compiled build): the bytes equal one orjson line per match, whatever the mix of layouts, arities (1-6),
+    names, fields, call sizes and int64s (negative, at the compiled build's 62-bit boundary and int64's)."""
     rnd = random.Random(seed)
-    events = [Event(i, "A", i, {}) for i in range(50)]
+    edges = [0, 9, 10, 99, 100, -1, -10, (1 << 62) - 1, 1 << 62, -(1 << 62), -(1 << 62) - 1, (1 << 63) - 1,
+             -(1 << 63)]
+    events = [Event(i, "A", i, {}) for i in [*range(50), *edges]]
     layouts = []
     for k in range(1, 7):
         names = tuple(f"v{i}" for i in range(k))
@@ -250,7 +253,8 @@ def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(
         fields = rnd.choice([None, None, None, {"f": rnd.random()}])
         for _ in range(rnd.choice([1, 3, 1_500])):  # long runs cross the 1,024-line blocks
             env = tuple((rnd.choice(events), rnd.choice(events)) if kl else rnd.choice(events) for kl in layout[2])
-            ms.append(Match(name, None, rnd.randrange(10**12), rnd.randrange(10**12), fields, layout, env))
+            start, end = (rnd.choice(edges) if rnd.random() < 0.05 else rnd.randrange(10**12) for _ in "se")
+            ms.append(Match(name, None, start, end, fields, layout, env))
     out = io.BytesIO()
     w = MatchWriter(out, batch=rnd.choice([1, 100, 5_000, 65_536]))
     i = 0
