@@ -319,8 +319,15 @@ def _timestamps_text(values: pa.Array, unit: str, column: str, numeric_only: boo
     return _timestamps_slow(values, unit, column)
 
 
+_EXACT_UNITS = float(1 << 50)
+"""Below this many units a decimal read as the nearest double and scaled is within 1/4 of its exact unit count."""
+
+
 def _decimal_units(values: pa.Array, digits: int) -> pa.Array:
     """Decimal text -> exact int64 of ``10**-digits`` units (ArrowInvalid if finer or out of range)."""
+    fast = _decimal_units_by_float(values, digits)
+    if fast is not None:
+        return fast
     dec = pc.cast(values, pa.decimal128(38, digits))
     words = np.frombuffer(dec.buffers()[1], dtype=np.int64)[2 * dec.offset : 2 * (dec.offset + len(dec))]
     low, high = words[0::2], words[1::2]
@@ -332,6 +339,26 @@ def _decimal_units(values: pa.Array, digits: int) -> pa.Array:
     return pa.Array.from_buffers(
         pa.int64(), len(dec), [validity, pa.py_buffer(np.ascontiguousarray(low))], null_count=dec.null_count
     )
+
+
+def _decimal_units_by_float(values: pa.Array, digits: int) -> pa.Array | None:
+    """:func:`_decimal_units` of decimal text (``_DECIMAL``, no nulls) through doubles, 2-3x as cheap as Arrow's
+    decimal cast, when that is certainly exact: every value has at most ``digits`` digits after its point (so it is
+    ``N / 10**digits`` for an int ``N``) and every ``|N|`` is below 2**50. The double nearest the text, times
+    ``10**digits`` (exact as a double), is then within ``|N| * 2**-52 < 1/4`` of ``N``, and rounds to it. None for
+    any other column (it takes the decimal cast)."""
+    if values.null_count or not len(values):
+        return None
+    # the digits after the point, and the point: no Python scalar in the arithmetic (pyarrow would import pandas)
+    from_point = pc.subtract(pc.binary_length(values), pc.find_substring(values, "."))
+    if pc.max(from_point).as_py() > digits + 1:
+        return None
+    floats = pc.cast(values, pa.float64())
+    scaled = np.frombuffer(floats.buffers()[1], np.float64, len(floats), floats.offset * 8) * float(10**digits)
+    if not (scaled.max() < _EXACT_UNITS and scaled.min() > -_EXACT_UNITS):
+        return None
+    units = np.rint(scaled, out=scaled).astype(np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(units), [None, pa.py_buffer(units)])
 
 
 def _timestamps_slow(values: pa.Array, unit: str, column: str) -> pa.Array:

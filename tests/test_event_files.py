@@ -393,3 +393,38 @@ def test_csv_ints_with_a_plus_sign(tmp_path):
     ]
     p.write_text("type,ts,k\nA,1500,7\nB,2500,-8\n")
     assert list(read_events(p)) == [Event(1, "A", 1_500_000, {"k": 7}), Event(2, "B", 2_500_000, {"k": -8})]
+
+
+def test_decimal_timestamps_through_doubles_equal_the_decimal_cast(monkeypatch):
+    """engine.event_columns reads decimal ts text through doubles where that is certainly exact (at most ``digits``
+    digits after the point, below 2**50 units): the same int64 units, or the same error, as Arrow's decimal cast,
+    for signs, empty integer parts, leading zeros, more digits than the unit holds and values near 2**50 units."""
+    from engine import event_columns
+
+    def units(values, digits, *, by_float):
+        if not by_float:
+            monkeypatch.setattr(event_columns, "_decimal_units_by_float", lambda v, d: None)
+        try:
+            return event_columns._decimal_units(values, digits).to_pylist()
+        except (pa.ArrowInvalid, OverflowError) as e:
+            return type(e).__name__
+        finally:
+            monkeypatch.undo()
+
+    rnd = random.Random(7)
+    whole = ["", "0", "7", "00012", "1125899906", "9007199254", "1125899906842624", "1351"]
+
+    def word():
+        fraction = "".join(rnd.choice("0123456789") for _ in range(rnd.randrange(9)))
+        integer = rnd.choice([*whole, str(rnd.randrange(10 ** rnd.randrange(1, 19)))])
+        return rnd.choice(["", "", "-", "+"]) + integer + "." + (fraction or ("" if integer else "5"))
+
+    taken = 0
+    for _ in range(1_500):
+        values = pa.array([word() for _ in range(rnd.choice([1, 2, 5, 50]))])
+        if rnd.random() < 0.3:
+            values = pa.concat_arrays([pa.array(["9.9"]), values]).slice(1)  # an offset into the buffers
+        digits = rnd.choice([0, 3, 6])
+        taken += event_columns._decimal_units_by_float(values, digits) is not None
+        assert units(values, digits, by_float=True) == units(values, digits, by_float=False)
+    assert taken > 100  # the fast path was tried, not only the fallback
