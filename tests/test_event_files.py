@@ -428,3 +428,24 @@ def test_decimal_timestamps_through_doubles_equal_the_decimal_cast(monkeypatch):
         taken += event_columns._decimal_units_by_float(values, digits) is not None
         assert units(values, digits, by_float=True) == units(values, digits, by_float=False)
     assert taken > 100  # the fast path was tried, not only the fallback
+
+
+def test_plain_int_spelling_accepts_only_what_the_int_pattern_matches():
+    """engine.event_columns checks an int column's plain spelling (digits, no leading zero) with Arrow's string kernels
+    before its regex: where that check accepts a column, the regex accepts it too; its no decides nothing."""
+    from engine import event_columns as ec
+
+    rnd = random.Random(11)
+    pieces = ["0", "0", "1", "7", "00", "12", ".", "-", "+", "e", "5", "x", " ", "\u0663", "\uff11", ""]
+    taken = 0
+    for _ in range(3_000):
+        words = ["".join(rnd.choice(pieces) for _ in range(rnd.randrange(1, 4))) for _ in range(rnd.choice([1, 2, 4]))]
+        words = [w or "1" for w in words]
+        if rnd.random() < 0.2:
+            words.append(None)
+        values = pa.array(words, pa.string())
+        if ec._canonical_ints(values):
+            taken += 1
+            assert ec._all_match(values, ec._INT_CANON) == (True, -1), words
+        assert ec._all_match(values, ec._INT_CANON, ec._canonical_ints) == ec._all_match(values, ec._INT_CANON)
+    assert taken > 100, taken
