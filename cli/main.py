@@ -6,6 +6,11 @@ import gc
 import os
 import sys
 
+# numpy (pyarrow imports it, and the engine reads columns through it) starts OpenBLAS's thread pool on import, a
+# thread per core that spins for work, though no command does linear algebra: 0.03-0.05 CPU s of every `lace`
+# process (issue 45). One thread, unless the user chose otherwise; the command's child processes inherit it.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 # The cyclic collector is off while the command modules (and typer, pyarrow, numpy, the engine) are imported: their
 # objects live to the end, and the collections their allocations would start walk them again and again (py-spy: 2 %
 # of `lace match` P1-any's samples, 0.01-0.03 CPU s; issue 45). Restored as it was (off stays off).

@@ -9,6 +9,7 @@ become int64 microseconds UTC, exactly as :class:`engine.io.TimestampParser` rea
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,8 @@ def _strings(words: tuple[str, ...]) -> pa.Array:
 
 
 _NULL_SPELLINGS = _strings(NULL_TEXT)
+_ONE = pa.Array.from_buffers(pa.int32(), 1, [None, pa.py_buffer(np.array([1], dtype=np.int32))])[0]
+"""1 as an Arrow scalar (a Python 1 in a compute call would import pandas: see below)."""
 
 
 class ColumnError(ValueError):
@@ -68,14 +71,31 @@ def _first(mask: pa.Array) -> int:
     return int(hits[0].as_py()) if len(hits) else -1
 
 
-def _all_match(values: pa.Array, pattern: str) -> tuple[bool, int]:
-    """(every non-null value matches, index of the first that does not)."""
-    first = _first(values.is_valid())
+def _all_match(values: pa.Array, pattern: str, plain: Callable[[pa.Array], bool] | None = None) -> tuple[bool, int]:
+    """(every non-null value matches, index of the first that does not). ``plain``: a cheaper check that, when true,
+    means every value matches (:func:`_canonical_ints`); when false the regex decides."""
+    # without nulls the first value is row 0: no validity mask and index pass over the column (2-4 ms each)
+    first = (0 if len(values) else -1) if not values.null_count else _first(values.is_valid())
     if first >= 0 and not pc.match_substring_regex(values.slice(first, 1), pattern)[0].as_py():
         return False, first  # the first value decides it: no pass over the column (type inference tries many)
+    if plain is not None and plain(values):
+        return True, -1
     ok = pc.match_substring_regex(values, pattern)
     bad = _first(pc.invert(ok))
     return bad < 0, bad
+
+
+# An int column's plain spelling, checked by Arrow's string kernels (3 passes, 6 ms per 1M values) before the regex
+# (25-30 ms); the same check for decimals (a point among digits) cost as much as their regexes.
+
+
+def _canonical_ints(values: pa.Array) -> bool:
+    """True when every present value matches ``_INT_CANON`` because it is ASCII digits (``\\d`` in RE2: ASCII only)
+    without a leading zero, or ``0``; False decides nothing (signs: the regex)."""
+    if not pc.all(pc.ascii_is_decimal(values)).as_py():
+        return False
+    long_zero = pc.and_(pc.starts_with(values, "0"), pc.greater(pc.binary_length(values), _ONE))
+    return not pc.any(long_zero).as_py()
 
 
 def _without_plus(values: pa.Array) -> pa.Array:
@@ -158,7 +178,7 @@ def infer_column(values: pa.Array) -> tuple[str, pa.Array]:
         return "string", values
     if _all_match(values, _BOOL)[0]:
         return "bool", pc.match_substring_regex(values, r"^(?i)true$")
-    if _all_match(values, _INT_CANON)[0]:
+    if _all_match(values, _INT_CANON, _canonical_ints)[0]:
         try:
             return "int", pc.cast(_without_plus(values), pa.int64())
         except pa.ArrowInvalid:
@@ -318,8 +338,15 @@ def _timestamps_text(values: pa.Array, unit: str, column: str, numeric_only: boo
     return _timestamps_slow(values, unit, column)
 
 
+_EXACT_UNITS = float(1 << 50)
+"""Below this many units a decimal read as the nearest double and scaled is within 1/4 of its exact unit count."""
+
+
 def _decimal_units(values: pa.Array, digits: int) -> pa.Array:
     """Decimal text -> exact int64 of ``10**-digits`` units (ArrowInvalid if finer or out of range)."""
+    fast = _decimal_units_by_float(values, digits)
+    if fast is not None:
+        return fast
     dec = pc.cast(values, pa.decimal128(38, digits))
     words = np.frombuffer(dec.buffers()[1], dtype=np.int64)[2 * dec.offset : 2 * (dec.offset + len(dec))]
     low, high = words[0::2], words[1::2]
@@ -331,6 +358,26 @@ def _decimal_units(values: pa.Array, digits: int) -> pa.Array:
     return pa.Array.from_buffers(
         pa.int64(), len(dec), [validity, pa.py_buffer(np.ascontiguousarray(low))], null_count=dec.null_count
     )
+
+
+def _decimal_units_by_float(values: pa.Array, digits: int) -> pa.Array | None:
+    """:func:`_decimal_units` of decimal text (``_DECIMAL``, no nulls) through doubles, 2-3x as cheap as Arrow's
+    decimal cast, when that is certainly exact: every value has at most ``digits`` digits after its point (so it is
+    ``N / 10**digits`` for an int ``N``) and every ``|N|`` is below 2**50. The double nearest the text, times
+    ``10**digits`` (exact as a double), is then within ``|N| * 2**-52 < 1/4`` of ``N``, and rounds to it. None for
+    any other column (it takes the decimal cast)."""
+    if values.null_count or not len(values):
+        return None
+    # the digits after the point, and the point: no Python scalar in the arithmetic (pyarrow would import pandas)
+    from_point = pc.subtract(pc.binary_length(values), pc.find_substring(values, "."))
+    if pc.max(from_point).as_py() > digits + 1:
+        return None
+    floats = pc.cast(values, pa.float64())
+    scaled = np.frombuffer(floats.buffers()[1], np.float64, len(floats), floats.offset * 8) * float(10**digits)
+    if not (scaled.max() < _EXACT_UNITS and scaled.min() > -_EXACT_UNITS):
+        return None
+    units = np.rint(scaled, out=scaled).astype(np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(units), [None, pa.py_buffer(units)])
 
 
 def _timestamps_slow(values: pa.Array, unit: str, column: str) -> pa.Array:

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.events import Event, make_events
+from engine.events import Event, make_events, make_events_from_columns
 
 BATCH_ROWS = 65_536
 
@@ -79,6 +79,17 @@ class EventTable:
         names = tuple(sys.intern(n) for n in self.attrs)  # the matcher's partition-key lookup then hits by identity
         ids = None if self.ids is None else _py_values(self.ids.slice(lo, n))  # None: id = row number
         cols = [c.values(lo, n) for c in columns]
+        ts = _py_values(self.ts.slice(lo, n))
+        # point events with 1-4 attributes: the dicts made with the events, natively in the compiled build
+        batch = None if self.ts_end is not None else make_events_from_columns(lo + 1, ids, types.values(lo, n), ts,
+                                                                              names, cols)
+        if batch is not None:
+            for name, c in zip(names, self.attrs.values()):
+                part = c.slice(lo, n)
+                if part.null_count:
+                    for i in _py_values(pc.indices_nonzero(part.is_null())):
+                        del batch[i].attrs[name]
+            return batch
         if not cols:
             attrs: list[dict[str, Any]] = [{} for _ in range(n)]
         elif len(cols) in _ATTR_ROWS:
@@ -90,7 +101,6 @@ class EventTable:
             if part.null_count:
                 for i in _py_values(pc.indices_nonzero(part.is_null())):
                     del attrs[i][name]
-        ts = _py_values(self.ts.slice(lo, n))
         ends = None if self.ts_end is None else _py_values(self.ts_end.slice(lo, n))
         return make_events(lo + 1, ids, types.values(lo, n), ts, attrs, ends)
 

@@ -144,6 +144,62 @@ def make_events(
     return out
 
 
+def make_events_from_columns(
+    first_id: int,
+    ids: list[int] | None,
+    types: list[str],
+    ts: list[int],
+    names: tuple[str, ...],
+    columns: list[list[Any]],
+) -> list[Event] | None:
+    """Point events with their attribute dicts built from columns: what :func:`make_events` gives for
+    ``attrs = [dict(zip(names, row)) for row in zip(*columns)]``, each dict a display made natively by the compiled
+    build (issue 45); None for more than 4 columns (the caller builds the dicts).
+
+    Parameters
+    ----------
+    first_id, ids, types, ts
+        As for :func:`make_events`.
+    names : tuple[str, ...]
+        The attribute names, one per column (1 to 4).
+    columns : list[list]
+        Each attribute's values, as long as ``types``.
+
+    Returns
+    -------
+    list[Event] or None
+        In row order; None when ``len(columns)`` is not 1 to 4. IndexError when a column is shorter than ``types``.
+    """
+    out: list[Event] = []
+    n = len(types)
+    k = len(columns)
+    if k == 1:
+        (k0,) = names
+        c0 = columns[0]
+        for i in range(n):
+            out.append(Event(first_id + i if ids is None else ids[i], types[i], ts[i], {k0: c0[i]}))
+    elif k == 2:
+        k0, k1 = names
+        c0, c1 = columns
+        for i in range(n):
+            out.append(Event(first_id + i if ids is None else ids[i], types[i], ts[i], {k0: c0[i], k1: c1[i]}))
+    elif k == 3:
+        k0, k1, k2 = names
+        c0, c1, c2 = columns
+        for i in range(n):
+            attrs = {k0: c0[i], k1: c1[i], k2: c2[i]}
+            out.append(Event(first_id + i if ids is None else ids[i], types[i], ts[i], attrs))
+    elif k == 4:
+        k0, k1, k2, k3 = names
+        c0, c1, c2, c3 = columns
+        for i in range(n):
+            attrs = {k0: c0[i], k1: c1[i], k2: c2[i], k3: c3[i]}
+            out.append(Event(first_id + i if ids is None else ids[i], types[i], ts[i], attrs))
+    else:
+        return None
+    return out
+
+
 def attr_getter(attr: str) -> Callable[[Event], Any]:
     """``event -> value`` of attribute ``attr`` as :meth:`Event.get` reads it (header fields ``ts``, ``id``,
     ``type``, ``ts_end``, ``duration`` first; a missing attribute is None), specialised once per attribute:

@@ -6,10 +6,10 @@ A JSONL line is ``Match.to_json()`` as compact JSON (docs/architecture.md sectio
 
 The engine's matches keep their binding (slot layout + environment); for those the line
 is filled into a template made once per layout (variable names JSON-encoded when the
-template is built, never evaluated). Consecutive matches of one all-single layout are
-gathered as flat values (slot ids, start, end) and formatted 1,024 lines by one ``%`` of
-the template (UTF-8 bytes) repeated: no object per line. Other matches go through
-``orjson``; all give the same bytes.
+template is built, never evaluated). A match of an all-single layout is one literal
+``bytes %`` of the text pieces around its ints (slot ids, start, end), which the compiled
+build formats natively, straight from the fields. Other matches go through ``orjson``;
+all give the same bytes.
 
 A Parquet file has the columns ``query`` (string), ``start``, ``end`` (int64, microseconds
 UTC), ``events`` (struct: variable -> list<int64> of event ids) and, when the query has a
@@ -84,20 +84,20 @@ def _line_fn(layout: Any) -> _LineFn | None:
     return general
 
 
-def _take1(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+def _put1(ms: list[Match], pos: int, layout: Any, query: Any, pieces: tuple[bytes, ...], out: list[bytes]) -> int:
+    p0, p1, p2, p3 = pieces
     for i in range(pos, len(ms)):
         m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return i
         v = cast("tuple[Event, ...]", m._env)
         a: Event = v[0]
-        flat.append(a.id)
-        flat.append(m.start)
-        flat.append(m.end)
+        out.append(b"%b%d%b%d%b%d%b" % (p0, a.id, p1, m.start, p2, m.end, p3))
     return len(ms)
 
 
-def _take2(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+def _put2(ms: list[Match], pos: int, layout: Any, query: Any, pieces: tuple[bytes, ...], out: list[bytes]) -> int:
+    p0, p1, p2, p3, p4 = pieces
     for i in range(pos, len(ms)):
         m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
@@ -105,14 +105,12 @@ def _take2(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) 
         v = cast("tuple[Event, ...]", m._env)
         a: Event = v[0]
         b: Event = v[1]
-        flat.append(a.id)
-        flat.append(b.id)
-        flat.append(m.start)
-        flat.append(m.end)
+        out.append(b"%b%d%b%d%b%d%b%d%b" % (p0, a.id, p1, b.id, p2, m.start, p3, m.end, p4))
     return len(ms)
 
 
-def _take3(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+def _put3(ms: list[Match], pos: int, layout: Any, query: Any, pieces: tuple[bytes, ...], out: list[bytes]) -> int:
+    p0, p1, p2, p3, p4, p5 = pieces
     for i in range(pos, len(ms)):
         m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
@@ -121,15 +119,12 @@ def _take3(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) 
         a: Event = v[0]
         b: Event = v[1]
         c: Event = v[2]
-        flat.append(a.id)
-        flat.append(b.id)
-        flat.append(c.id)
-        flat.append(m.start)
-        flat.append(m.end)
+        out.append(b"%b%d%b%d%b%d%b%d%b%d%b" % (p0, a.id, p1, b.id, p2, c.id, p3, m.start, p4, m.end, p5))
     return len(ms)
 
 
-def _take4(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+def _put4(ms: list[Match], pos: int, layout: Any, query: Any, pieces: tuple[bytes, ...], out: list[bytes]) -> int:
+    p0, p1, p2, p3, p4, p5, p6 = pieces
     for i in range(pos, len(ms)):
         m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
@@ -139,49 +134,48 @@ def _take4(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) 
         b: Event = v[1]
         c: Event = v[2]
         d: Event = v[3]
-        flat.append(a.id)
-        flat.append(b.id)
-        flat.append(c.id)
-        flat.append(d.id)
-        flat.append(m.start)
-        flat.append(m.end)
+        out.append(
+            b"%b%d%b%d%b%d%b%d%b%d%b%d%b" % (p0, a.id, p1, b.id, p2, c.id, p3, d.id, p4, m.start, p5, m.end, p6)
+        )
     return len(ms)
 
 
-def _take_any(ms: list[Match], pos: int, layout: Any, query: Any, flat: list[int]) -> int:
+def _put_any(ms: list[Match], pos: int, layout: Any, query: Any, pieces: tuple[bytes, ...], out: list[bytes]) -> int:
     for i in range(pos, len(ms)):
         m = ms[i]
         if m._layout is not layout or m.query is not query or m._fields or m._events is not None:
             return i
-        for e in cast("tuple[Event, ...]", m._env):
-            flat.append(e.id)
-        flat.append(m.start)
-        flat.append(m.end)
+        line = [pieces[0]]
+        for k, e in enumerate(cast("tuple[Event, ...]", m._env), 1):
+            line.append(b"%d" % e.id)
+            line.append(pieces[k])
+        line.append(b"%d%b%d%b" % (m.start, pieces[-2], m.end, pieces[-1]))
+        out.append(b"".join(line))
     return len(ms)
 
 
-_Take = Callable[[list[Match], int, Any, Any, list[int]], int]
-# take(matches, pos, layout, query, flat): from matches[pos], the matches of (layout, query) without fields, appended
-# to flat as flat values (slot ids in variable order, start, end); stops at the first other one and returns its
-# index. Fixed arities read the slots as typed locals (the compiled build, issue 45).
-_TAKE: dict[int, _Take] = {1: _take1, 2: _take2, 3: _take3, 4: _take4}
-_LINES_PER_FORMAT = 1024  # matches formatted by one % of the template repeated
+_Put = Callable[[list[Match], int, Any, Any, tuple[bytes, ...], list[bytes]], int]
+# put(matches, pos, layout, query, pieces, out): from matches[pos], the matches of (layout, query) without fields,
+# each appended to out as its line (UTF-8, newline included): the pieces of the line's text around its ints (slot ids
+# in variable order, start, end), filled by one literal bytes % per line, which the compiled build (issue 45) runs
+# natively (each int written straight from its field, no int object made); stops at the first other match and returns
+# its index. Fixed arities read the slots as typed locals.
+_PUT: dict[int, _Put] = {1: _put1, 2: _put2, 3: _put3, 4: _put4}
 _WRITE_BYTES = 1 << 17  # bytes of JSONL text written at once
-_templates: dict[tuple[int, Any], tuple[Any, bytes | None]] = {}  # (id(layout), query) -> (layout, template)
-_blocks: dict[bytes, bytes] = {}  # template -> template * _LINES_PER_FORMAT
+_pieces: dict[tuple[int, Any], tuple[Any, tuple[bytes, ...] | None]] = {}  # (id(layout), query) -> (layout, pieces)
 
 
-def _fast_template(layout: Any, query: Any) -> bytes | None:
-    """The line template (newline included, UTF-8) of matches without fields of an all-single ``layout`` whose
-    slots are in variable order: the query name and empty fields are in it, then ``%d`` per slot, start, end;
-    None for any other layout (those lines go through :func:`match_line`). Bytes: ``bytes % values`` formats the
-    ints as ``str % values`` does, and 1.5x as fast as it and the ``encode`` after it (issue 45)."""
+def _fast_pieces(layout: Any, query: Any) -> tuple[bytes, ...] | None:
+    """The text (UTF-8) of the lines of matches without fields of an all-single ``layout`` whose slots are in variable
+    order, as the pieces around its ints: before the first slot's id (the query name in it), between the slots' ids,
+    before start, before end, and after end (empty fields and the newline); None for any other layout (those lines
+    go through :func:`match_line`)."""
     variables, slot_vars, kleene = layout
     if any(kleene) or tuple(slot_vars) != tuple(variables) or not variables:
         return None
-    parts = ",".join(f"{_dumps(v).replace('%', '%%')}:[%d]" for v in variables)
-    q = _query(query).replace("%", "%%")
-    return ('{"query":' + q + ',"events":{' + parts + '},"start":%d,"end":%d,"fields":{}}\n').encode()
+    keys = [_dumps(v).encode() for v in variables]
+    head = b'{"query":' + _query(query).encode() + b',"events":{' + keys[0] + b":["
+    return (head, *[b"]," + k + b":[" for k in keys[1:]], b']},"start":', b',"end":', b',"fields":{}}\n')
 
 
 def match_line(match: Match) -> str:
@@ -221,12 +215,9 @@ class MatchWriter:
         self._own = not hasattr(out, "write")
         self._out: BinaryIO = open(out, "wb") if self._own else out  # type: ignore[arg-type, assignment]
         self._batch = batch
-        # jsonl: formatted text (UTF-8), and the run of matches of one fast layout being gathered as flat values
+        # jsonl: the lines (UTF-8, one bytes each) not yet written, and the run of matches of one fast layout
         self._parts: list[bytes] = []
-        self._n_parts = 0  # lines in _parts
-        self._flat: list[int] = []
-        self._run: tuple[Any, Any, Any, int, bytes] | None = None  # (take, layout, query, values per line, template)
-        self._run_n = 0
+        self._run: tuple[_Put, Any, Any, tuple[bytes, ...]] | None = None  # (put, layout, query, pieces)
         self._pending: list[Match] = []
         self._pq: Any = None
         self.written = 0
@@ -245,59 +236,32 @@ class MatchWriter:
                 self._flush_parquet()
             return
         ms: list[Match] = matches if type(matches) is list else list(matches)
-        flat = self._flat
+        parts = self._parts
         pos = 0  # the next match to write: ms is never sliced (a slice per match or run made a long list quadratic)
         while pos < len(ms):
             run = self._run
             if run is not None:
-                end = run[0](ms, pos, run[1], run[2], flat)
-                self._run_n += end - pos
-                pos = end
+                pos = run[0](ms, pos, run[1], run[2], run[3], parts)
                 if pos == len(ms):
                     break
             # ms[pos] ends the run: start one for its layout, or write it on its own
-            self._format_run()
             m = ms[pos]
             layout = m._layout
-            template = None
+            pieces = None
             if layout is not None and not m._fields and m._events is None:
                 key = (id(layout), m.query)
-                entry = _templates.get(key)
+                entry = _pieces.get(key)
                 if entry is None:
-                    entry = _templates[key] = (layout, _fast_template(layout, m.query))
-                template = entry[1]
-            if template is None:
-                self._parts.append((match_line(m) + "\n").encode())
-                self._n_parts += 1
+                    entry = _pieces[key] = (layout, _fast_pieces(layout, m.query))
+                pieces = entry[1]
+            if pieces is None:
+                self._run = None
+                parts.append((match_line(m) + "\n").encode())
                 pos += 1
             else:
-                n = len(layout[0])
-                self._run = (_TAKE.get(n, _take_any), layout, m.query, n + 2, template)
-        if self._run_n >= _LINES_PER_FORMAT:
-            self._format_run(whole=False)
-        if self._n_parts >= self._batch:
+                self._run = (_PUT.get(len(layout[0]), _put_any), layout, m.query, pieces)
+        if len(parts) >= self._batch:
             self._flush_lines()
-
-    def _format_run(self, whole: bool = True) -> None:
-        """Format the gathered run's values into text, one ``%`` per ``_LINES_PER_FORMAT`` lines; unless
-        ``whole``, the lines short of a full block stay gathered."""
-        n = self._run_n
-        if not n:
-            return
-        flat, template, width = self._flat, self._run[4], self._run[3]  # type: ignore[index]
-        full = n - n % _LINES_PER_FORMAT
-        if full:
-            block = _blocks.get(template)
-            if block is None:
-                block = _blocks[template] = template * _LINES_PER_FORMAT
-            step = _LINES_PER_FORMAT * width
-            self._parts.extend(block % tuple(flat[i:i + step]) for i in range(0, full * width, step))
-        if whole and n > full:
-            self._parts.append((template * (n - full)) % tuple(flat[full * width:]))
-            full = n
-        self._n_parts += full
-        self._run_n = n - full
-        del flat[:full * width]
 
     def flush(self) -> None:
         """Write what is gathered (a Parquet row group, or JSONL lines) and flush the stream."""
@@ -318,10 +282,8 @@ class MatchWriter:
                 self._out.close()
 
     def _flush_lines(self) -> None:
-        self._format_run()
         if self._parts:
-            # written a piece of at most about _WRITE_BYTES at a time (a formatted block of 1,024 lines is one
-            # piece; single lines are joined up to that size): a batch-sized str and its bytes (6 MB each per 65,536
+            # written about _WRITE_BYTES of lines at a time: a batch-sized str and its bytes (6 MB each per 65,536
             # lines) came in fresh pages every batch, half of the page faults of `lace match` (issue 45)
             out = self._out
             group: list[bytes] = []
@@ -335,9 +297,8 @@ class MatchWriter:
                 size += len(part)
             if group:
                 out.write(b"".join(group))
-            self.written += self._n_parts
+            self.written += len(self._parts)
             self._parts.clear()
-            self._n_parts = 0
 
     def _flush_parquet(self) -> None:
         import pyarrow.parquet as pq
@@ -364,7 +325,7 @@ class MatchWriter:
             return None
         first = ms[0]
         layout, query = first._layout, first.query
-        if layout is None or _fast_template(layout, query) is None:
+        if layout is None or _fast_pieces(layout, query) is None:
             return None
         for m in ms:
             if m._layout is not layout or m._events is not None or m._fields or m.query != query:

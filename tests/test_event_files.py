@@ -233,10 +233,13 @@ def test_match_line_equals_orjson_of_to_json():
 
 @pytest.mark.parametrize("seed", range(4))
 def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(seed):
-    """Runs of one all-single layout are formatted 1,024 lines at a time (engine.match_files): the bytes equal
-    one orjson line per match, whatever the mix of layouts, arities (1-6), names, fields and call sizes."""
+    """Matches of an all-single layout are formatted by one literal ``bytes %`` each (engine.match_files, natively
+    in the compiled build): the bytes equal one orjson line per match, whatever the mix of layouts, arities (1-6),
+    names, fields, call sizes and int64s (negative, at the compiled build's 62-bit boundary and int64's)."""
     rnd = random.Random(seed)
-    events = [Event(i, "A", i, {}) for i in range(50)]
+    edges = [0, 9, 10, 99, 100, -1, -10, (1 << 62) - 1, 1 << 62, -(1 << 62), -(1 << 62) - 1, (1 << 63) - 1,
+             -(1 << 63)]
+    events = [Event(i, "A", i, {}) for i in [*range(50), *edges]]
     layouts = []
     for k in range(1, 7):
         names = tuple(f"v{i}" for i in range(k))
@@ -250,7 +253,8 @@ def test_match_writer_jsonl_equals_orjson_lines_across_layouts_runs_and_batches(
         fields = rnd.choice([None, None, None, {"f": rnd.random()}])
         for _ in range(rnd.choice([1, 3, 1_500])):  # long runs cross the 1,024-line blocks
             env = tuple((rnd.choice(events), rnd.choice(events)) if kl else rnd.choice(events) for kl in layout[2])
-            ms.append(Match(name, None, rnd.randrange(10**12), rnd.randrange(10**12), fields, layout, env))
+            start, end = (rnd.choice(edges) if rnd.random() < 0.05 else rnd.randrange(10**12) for _ in "se")
+            ms.append(Match(name, None, start, end, fields, layout, env))
     out = io.BytesIO()
     w = MatchWriter(out, batch=rnd.choice([1, 100, 5_000, 65_536]))
     i = 0
@@ -389,3 +393,59 @@ def test_csv_ints_with_a_plus_sign(tmp_path):
     ]
     p.write_text("type,ts,k\nA,1500,7\nB,2500,-8\n")
     assert list(read_events(p)) == [Event(1, "A", 1_500_000, {"k": 7}), Event(2, "B", 2_500_000, {"k": -8})]
+
+
+def test_decimal_timestamps_through_doubles_equal_the_decimal_cast(monkeypatch):
+    """engine.event_columns reads decimal ts text through doubles where that is certainly exact (at most ``digits``
+    digits after the point, below 2**50 units): the same int64 units, or the same error, as Arrow's decimal cast,
+    for signs, empty integer parts, leading zeros, more digits than the unit holds and values near 2**50 units."""
+    from engine import event_columns
+
+    def units(values, digits, *, by_float):
+        if not by_float:
+            monkeypatch.setattr(event_columns, "_decimal_units_by_float", lambda v, d: None)
+        try:
+            return event_columns._decimal_units(values, digits).to_pylist()
+        except (pa.ArrowInvalid, OverflowError) as e:
+            return type(e).__name__
+        finally:
+            monkeypatch.undo()
+
+    rnd = random.Random(7)
+    whole = ["", "0", "7", "00012", "1125899906", "9007199254", "1125899906842624", "1351"]
+
+    def word():
+        fraction = "".join(rnd.choice("0123456789") for _ in range(rnd.randrange(9)))
+        integer = rnd.choice([*whole, str(rnd.randrange(10 ** rnd.randrange(1, 19)))])
+        return rnd.choice(["", "", "-", "+"]) + integer + "." + (fraction or ("" if integer else "5"))
+
+    taken = 0
+    for _ in range(1_500):
+        values = pa.array([word() for _ in range(rnd.choice([1, 2, 5, 50]))])
+        if rnd.random() < 0.3:
+            values = pa.concat_arrays([pa.array(["9.9"]), values]).slice(1)  # an offset into the buffers
+        digits = rnd.choice([0, 3, 6])
+        taken += event_columns._decimal_units_by_float(values, digits) is not None
+        assert units(values, digits, by_float=True) == units(values, digits, by_float=False)
+    assert taken > 100  # the fast path was tried, not only the fallback
+
+
+def test_plain_int_spelling_accepts_only_what_the_int_pattern_matches():
+    """engine.event_columns checks an int column's plain spelling (digits, no leading zero) with Arrow's string kernels
+    before its regex: where that check accepts a column, the regex accepts it too; its no decides nothing."""
+    from engine import event_columns as ec
+
+    rnd = random.Random(11)
+    pieces = ["0", "0", "1", "7", "00", "12", ".", "-", "+", "e", "5", "x", " ", "\u0663", "\uff11", ""]
+    taken = 0
+    for _ in range(3_000):
+        words = ["".join(rnd.choice(pieces) for _ in range(rnd.randrange(1, 4))) for _ in range(rnd.choice([1, 2, 4]))]
+        words = [w or "1" for w in words]
+        if rnd.random() < 0.2:
+            words.append(None)
+        values = pa.array(words, pa.string())
+        if ec._canonical_ints(values):
+            taken += 1
+            assert ec._all_match(values, ec._INT_CANON) == (True, -1), words
+        assert ec._all_match(values, ec._INT_CANON, ec._canonical_ints) == ec._all_match(values, ec._INT_CANON)
+    assert taken > 100, taken
