@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from archive.decoded_files import DecodedFiles
     from archive.extractor import Extractor
     from archive.stats import ArchiveStats
     from archive.writer import ArchiveWriter
@@ -452,6 +453,11 @@ class LazyArchiveSource:
     @property
     def requests(self) -> int:
         return 0 if self._source is None else self._source.requests
+
+    def decoded_files(self) -> DecodedFiles | None:
+        """The files the reader keeps decoded (:class:`archive.decoded_files.DecodedFiles`; None before the first
+        request built the source)."""
+        return None if self._source is None else self._source.extractor.reader.decoded
 
     def extract(self, types: Iterable[str], keys: Iterable[Hashable] | None, ranges: Ranges, **kw: Any) -> list[Event]:
         """See :meth:`SparkArchiveSource.extract` (``key_attr``, ``pattern``)."""

@@ -84,6 +84,14 @@ class Metrics:
             "lace_archive_read_requests", "Archive requests of live-and-archived queries those reads answered",
             registry=r,
         )
+        self.archive_decoded_bytes = Gauge(
+            "lace_archive_decoded_bytes", "Bytes of archive files kept decoded for those reads (LACE_ARCHIVE_CACHE_MB)",
+            registry=r,
+        )
+        self.archive_decoded_files = Gauge(
+            "lace_archive_decoded_files", "Files those reads found decoded (hit) or decoded (miss) since the service "
+            "started", ["outcome"], registry=r,
+        )
         self.live_queries = Gauge("lace_live_queries", "Active live queries", registry=r)
         self.archive_buffered = Gauge("lace_archive_buffered_events", "Events not yet committed to Delta", registry=r)
         self.archive_lag = Gauge("lace_archive_lag_seconds", "Age of the oldest unflushed event, seconds", registry=r)

@@ -1,6 +1,6 @@
 """The live runtime's gauges, refreshed when Prometheus collects (``GET /metrics``): partial matches per
 statement (in memory, spilled), spill counters, live-and-archived requests and pending instances, archive
-buffer, WAL bytes and lag."""
+buffer, WAL bytes and lag, the archive files kept decoded."""
 from __future__ import annotations
 
 import time
@@ -33,6 +33,11 @@ class GaugeSource(Protocol):
     def archive(self) -> Any:
         """The archive writer (``stats()``, ``buffer``; None: no archive)."""
 
+    @property
+    def source(self) -> Any:
+        """The live-and-archived queries' archive source (the service's is an
+        :class:`archive.archived_source.LazyArchiveSource`; None: none)."""
+
 
 def refresh_gauges(rt: GaugeSource) -> None:
     """Set every gauge from ``rt``'s statements and archive."""
@@ -58,6 +63,13 @@ def refresh_gauges(rt: GaugeSource) -> None:
         reads = rt.scheduler.stats()
         m.archive_reads.set(reads["reads"])
         m.archive_reads_requests.set(reads["requests"])
+    from archive.archived_source import LazyArchiveSource
+
+    decoded = rt.source.decoded_files() if isinstance(rt.source, LazyArchiveSource) else None
+    if decoded is not None:
+        m.archive_decoded_bytes.set(decoded.nbytes)
+        m.archive_decoded_files.labels("hit").set(decoded.hits)
+        m.archive_decoded_files.labels("miss").set(decoded.misses)
     if rt.archive is not None:
         stats = rt.archive.stats()
         rt.metrics.archive_buffered.set(stats.get("buffered", 0))

@@ -230,9 +230,14 @@ def test_demo_live_and_archived_queries_over_rest_equal_replay(
         # requests of every query waiting at once; each got its own rows: the comparisons above)
         metrics = {
             line.split()[0]: float(line.split()[1])
-            for line in c.get("/metrics").text.splitlines() if line.startswith("lace_archive_read")
+            for line in c.get("/metrics").text.splitlines()
+            if line.startswith(("lace_archive_read", "lace_archive_decoded"))
         }
         assert 0 < metrics["lace_archive_reads"] <= metrics["lace_archive_read_requests"], metrics
+        # issue 43: the reads kept the files they decoded, and later reads found them so
+        assert metrics["lace_archive_decoded_bytes"] > 0, metrics
+        assert metrics['lace_archive_decoded_files{outcome="hit"}'] > 0, metrics
+        assert metrics['lace_archive_decoded_files{outcome="miss"}'] > 0, metrics
 
         # a backfill of a live-and-archived query over REST: the live side over [from, to), the archived
         # side before it, the join in Spark; equal to what the live run found for live instances in range
