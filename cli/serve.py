@@ -23,6 +23,7 @@ def serve(
     from service.app import create_app
 
     settings = _settings()
+    _check_archive_reads()
     typer.echo(f"lace serve: database {database_label(settings.sqlalchemy_url)}", err=True)
     if migrate:
         _upgrade(settings.sqlalchemy_url)
@@ -63,6 +64,19 @@ def _settings() -> Any:
     except ValidationError as e:
         problems = "; ".join(f"LACE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
         fail(f"bad settings: {problems}")
+
+
+def _check_archive_reads() -> None:
+    """Fail (one line, no traceback) on a bad ``LACE_ARCHIVE_LOCAL_READ_MB`` or ``LACE_ARCHIVE_CACHE_MB``: the archive
+    reads them from the environment when the first live-and-archived request comes, which is too late to say so."""
+    from archive.decoded_files import cache_bytes_from_env
+    from archive.extractor import local_read_bytes_from_env
+
+    try:
+        local_read_bytes_from_env()
+        cache_bytes_from_env()
+    except ValueError as e:
+        fail(f"bad settings: {e}")
 
 
 def database_label(url: str) -> str:

@@ -359,3 +359,12 @@ def test_explain_warns_about_a_column_kept_a_string_and_takes_schema(write_file)
     schema = write_file("types.json", '{"alt": "int"}')
     fixed = invoke("explain", "-q", str(query), "-e", str(events), "--schema", str(schema))
     assert fixed.exit_code == 2 and fixed.stderr == f"error: {events} line 3, column 3 'alt': 'high' is not an int\n"
+
+
+@pytest.mark.parametrize("name", ["LACE_ARCHIVE_CACHE_MB", "LACE_ARCHIVE_LOCAL_READ_MB"])
+def test_serve_refuses_a_bad_archive_read_setting_before_it_starts(monkeypatch, name):
+    """Issue 43: the archive reads these when the first live-and-archived request comes; ``lace serve`` checks them
+    first, so a typo is one line at start, not a failed request an hour later."""
+    monkeypatch.setenv(name, "lots")
+    result = runner.invoke(app, ["serve"])
+    assert_user_error(result, f"error: bad settings: {name} must be a number of MiB, not 'lots'")
