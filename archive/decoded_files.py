@@ -42,13 +42,10 @@ def cache_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
     >>> cache_bytes_from_env({"LACE_ARCHIVE_CACHE_MB": "0.5"})
     524288
     """
+    from archive.extractor import mib_bytes
+
     env = os.environ if environ is None else environ
-    text = env.get("LACE_ARCHIVE_CACHE_MB", "").strip()
-    try:
-        mb = float(text) if text else CACHE_MB
-    except ValueError:
-        raise ValueError(f"LACE_ARCHIVE_CACHE_MB must be a number of MiB, not {text!r}") from None
-    return max(0, int(mb * (1 << 20)))
+    return mib_bytes("LACE_ARCHIVE_CACHE_MB", env.get("LACE_ARCHIVE_CACHE_MB", ""), CACHE_MB)
 
 
 @dataclass(frozen=True, slots=True)

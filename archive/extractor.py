@@ -54,11 +54,25 @@ def local_read_bytes_from_env(environ: Mapping[str, str] | None = None) -> int:
     524288
     """
     env = os.environ if environ is None else environ
-    text = env.get("LACE_ARCHIVE_LOCAL_READ_MB", "").strip()
+    return mib_bytes("LACE_ARCHIVE_LOCAL_READ_MB", env.get("LACE_ARCHIVE_LOCAL_READ_MB", ""), LOCAL_READ_MB)
+
+
+def mib_bytes(name: str, text: str, default_mb: float) -> int:
+    """The value ``text`` of setting ``name``, a number of MiB (blank: ``default_mb``), in bytes, at least 0.
+
+    Raises
+    ------
+    ValueError
+        When ``text`` is not a number (the message names the setting).
+
+    >>> mib_bytes("LACE_X_MB", " 1.5 ", 64)
+    1572864
+    """
+    text = text.strip()
     try:
-        mb = float(text) if text else LOCAL_READ_MB
+        mb = float(text) if text else default_mb
     except ValueError:
-        raise ValueError(f"LACE_ARCHIVE_LOCAL_READ_MB must be a number of MiB, not {text!r}") from None
+        raise ValueError(f"{name} must be a number of MiB, not {text!r}") from None
     return max(0, int(mb * (1 << 20)))
 
 
