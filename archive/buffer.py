@@ -40,6 +40,9 @@ class RecentBuffer:
         self._chunks: dict[str, list[_Chunk]] = {}
         self._types: dict[str, EventType] = {}
         self._rows = 0
+        self._merged: dict[str, tuple[pa.Schema, list[_Chunk], pa.Table]] = {}
+        """Per type: the chunks last read, conformed to the record schema and concatenated (:meth:`_record`): a read
+        conforms only the chunks added since (every archive request reads the buffer: issue 43)."""
 
     # ------------------------------------------------------------------ writing
 
@@ -75,6 +78,7 @@ class RecentBuffer:
                 kept = [c for c in self._chunks.get(name, []) if c.seq > seq]
                 dropped += sum(c.table.num_rows for c in self._chunks.get(name, []) if c.seq <= seq)
                 self._chunks[name] = kept
+                self._merged.pop(name, None)
             self._rows -= dropped
         return dropped
 
@@ -95,13 +99,29 @@ class RecentBuffer:
             return dict(self._types)
 
     def _record(self, name: str) -> tuple[EventType, pa.Table] | None:
+        """The type's buffered events as one record-shaped table (its current schema), oldest chunk first; the
+        chunks conformed by an earlier read are taken from :attr:`_merged` when they are still the first ones."""
         with self._lock:
             etype = self._types.get(name)
-            chunks = [c.table for c in self._chunks.get(name, [])]
+            chunks = list(self._chunks.get(name, ()))
+            cached = self._merged.get(name)
         if etype is None or not chunks:
             return None
         schema = record_schema(etype)
-        return etype, pa.concat_tables([conform(t, schema) for t in chunks])
+        done, parts = 0, []
+        if cached is not None:
+            c_schema, c_chunks, c_table = cached
+            if (
+                len(c_chunks) <= len(chunks) and c_schema.equals(schema)
+                and all(a is b for a, b in zip(c_chunks, chunks))
+            ):
+                done, parts = len(c_chunks), [c_table]
+        parts += [conform(c.table, schema) for c in chunks[done:]]
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        if done < len(chunks):
+            with self._lock:
+                self._merged[name] = (schema, chunks, table)
+        return etype, table
 
     def query(self, types: Iterable[str], request: Request | None = None) -> pa.Table:
         """Buffered events of ``types`` matching ``request`` (see :mod:`archive.ranges`; None: all).

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -188,6 +188,33 @@ class Runner:
         out = self.on_time()
         out += self.on_event(event, now)
         return out
+
+    def push_many(self, events: Sequence[Event]) -> tuple[list[Match], int]:
+        """:meth:`push` of each of ``events`` in order, with one clock reading for the batch (its live instances'
+        ``completed_wall``): ``(the results they made due, how many were late)``. A late event (behind the
+        watermark, :class:`LateEventError` from the live matcher) is counted and skipped, as a caller of :meth:`push`
+        does; the results made due before it are kept."""
+        now = self._now()
+        self.counters.live_events += len(events)
+        lateness = self.lateness_us
+        on_time, on_event = self.on_time, self.on_event
+        out: list[Match] = []
+        late = 0
+        for event in events:
+            end = event.ts_end - lateness  # ts_end: the matcher's time (issue 15)
+            if end > self.watermark:
+                self.watermark = end
+            found = on_time()
+            if found:
+                out += found
+            try:
+                found = on_event(event, now)
+            except LateEventError:
+                late += 1
+                continue
+            if found:
+                out += found
+        return out, late
 
     def advance(self, watermark_us: int) -> list[Match]:
         """Declare that no event with ``ts <= watermark_us`` will come (closes windows and subwindows)."""
@@ -384,25 +411,30 @@ class Runner:
         """
         plan = self.plan
         start = inst.match.start
-        qualifies, joins = plan.qualifies, plan.joins
+        lo = start - plan.lookback_us
+        deadline = plan.archived_deadline_us
+        joins = plan.joins
         keyed = plan.key is not None  # every algorithm takes an instance's candidates from its key
         tried = 0
         joined: list[Match] = []
         equi = plan.join_equi if keyed and not equi_checked else ()
         rest_only = keyed and bool(plan.join_equi)  # equalities checked apart from joins(), here or by the caller
+        # the conjuncts joins() would evaluate: none left, every qualifying candidate joins (no call per pair)
+        rest = (plan.join_rest if rest_only else plan.join_same_key) if keyed else plan.join
         if equi:  # each side of an equality once: the live one here, the archived one per archived instance
             live_events = inst.match.events
             wanted = [e.live(live_events, NO_EVENTS, None) for e in equi]
             hopeless = any(v is None for v in wanted)
         for j in candidates:
-            if not qualifies(start, j):
+            # plan.qualifies(start, j), inlined: in [start - lookback, start), and the trailing negation decided
+            if j.start < lo or j.end >= start or (deadline is not None and j.start + deadline >= start):
                 continue
             tried += 1
             if equi and (
                 hopeless or not all(g is not None and bool(w == g) for w, g in zip(wanted, self._equi_values(j)))
             ):
                 continue
-            if joins(inst.match, j, same_key=keyed, equi_checked=rest_only):
+            if not rest or joins(inst.match, j, same_key=keyed, equi_checked=rest_only):
                 joined.append(j)
         self.counters.join_pairs_tried += tried
         if not joined:

@@ -42,7 +42,6 @@ from engine.live_archived.counters import quantile
 from engine.live_archived.ledger import Ledger
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.match import Match
-from engine.matcher import LateEventError
 from engine.plugins.api import PluginError
 from service.core.faults import crash_point
 from service.live.event_time import END_OF_TIME
@@ -339,11 +338,10 @@ class LiveArchivedWorker:
                         self._batches += 1
                         if self._batches == self.fault_batch:
                             raise RuntimeError(f"injected fault (LACE_WORKER_FAULT) on batch {self._batches}")
-                    for e in events:
-                        try:
-                            out += runner.push(e)
-                        except LateEventError:
-                            self.late += 1
+                    if events:
+                        found, late = runner.push_many(events)
+                        out += found
+                        self.late += late
                     if watermark is not None and watermark >= END_OF_TIME:
                         if not self.ended:  # every type ended: end of input
                             self.ended = True

@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine.live_archived import compile_live_archived, run_memory
+from engine.live_archived.runner import make_runner
+from engine.live_archived.source import MemoryArchive
 from engine.lql.parser import parse
 from tests.live_archived.cases import la_cases
 from tests.live_archived.oracle import expected_results
@@ -59,3 +61,33 @@ def test_ollaa_switching_modes_at_every_decision_loses_and_adds_nothing(case, to
 def test_ollaa_filtering_live_events_by_key_is_exact(case, tolerance_s, sample_rate):
     check(case, "ollaa", mode="archive", tolerance_us=tolerance_s * SECOND, sample_rate=sample_rate)
     check(case, "sllaa", tolerance_us=tolerance_s * SECOND)
+
+
+@settings(max_examples=60, suppress_health_check=list(HealthCheck), deadline=None)
+@given(la_cases(), st.lists(st.integers(1, 6), min_size=1, max_size=30), st.integers(0, 3))
+def test_events_pushed_in_batches_give_the_oracles_results(case, sizes, tolerance_s):
+    """:meth:`Runner.push_many` (a service worker's batch, archived before it is matched) equals pushing one by
+    one: every algorithm, random batch sizes."""
+    query = parse(case.text)
+    want = expected_results(query, case.events)
+    for algorithm, options in (
+        ("llaa", {}), ("sllaa", {"tolerance_us": tolerance_s * SECOND}), ("alaa", {"window_us": SECOND}),
+        ("ollaa", {"mode": "live"}),
+    ):
+        archive = MemoryArchive()
+        runner = make_runner(algorithm, compile_live_archived(query), archive, **options)
+        results, events, pushed, late = [], list(case.events), 0, 0
+        for n in itertools.cycle(sizes):
+            batch, events = events[:n], events[n:]
+            if not batch:
+                break
+            for e in batch:
+                archive.append(e)
+            found, dropped = runner.push_many(batch)
+            results += found
+            pushed, late = pushed + len(batch), late + dropped
+        results += runner.flush()
+        got = [r.key() for r in results]
+        assert set(got) == want and len(got) == len(want), algorithm
+        assert runner.counters.live_events == pushed == len(case.events)
+        assert late == runner.live.stats()["late"]
