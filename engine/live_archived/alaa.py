@@ -73,6 +73,7 @@ class ALAA(Runner):
     """
 
     algorithm = "alaa"
+    reads_by_instance = False
 
     def __init__(
         self, plan: LiveArchivedPlan, source: ArchiveSource, *, window_us: int | None = None, **kw: object

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from engine.events import END_OF_TIME, Event
 from engine.live_archived.counters import RunCounters
+from engine.live_archived.known_ranges import KnownRanges
 from engine.live_archived.ledger import Ledger
 from engine.live_archived.memo import ArchivedMemo
 from engine.live_archived.plan import LiveArchivedPlan, Range
@@ -123,6 +124,8 @@ class Runner:
     """
 
     algorithm: ClassVar[str] = ""
+    reads_by_instance: ClassVar[bool] = True
+    """Its requests read live instances' access ranges (:meth:`archived_in`); ALAA reads the archive as it grows."""
 
     def __init__(
         self,
@@ -136,6 +139,7 @@ class Runner:
         allowed_lateness_us: int | dict[str, int] = 0,
         pm_query_id: str | None = None,
         defer: Callable[[ArchiveWork], None] | None = None,
+        known_ranges: bool = False,
     ) -> None:
         self.plan = plan
         self.defer = defer
@@ -162,6 +166,14 @@ class Runner:
             {} if self.archived_memo is not None and plan.join_equi else None
         )
         """``id(j) -> (j, archived sides of the JOIN equalities)`` for the memo's archived instances."""
+        one_type = len(plan.archived_types) == 1 and frozenset(plan.archived_types) == plan.live_types
+        self.known_ranges: KnownRanges | None = (
+            KnownRanges() if known_ranges and self.reads_by_instance and one_type and self.archived_memo is not None
+            else None
+        )
+        """The access ranges read and ``P_A``'s matches in them, by key (:mod:`engine.live_archived.known_ranges`):
+        with ``known_ranges`` (the caller refuses late events of the type, so a range read stays as read), a
+        one-event ``P_A`` over the one type ``P_L`` reads; requests read only what was not read before."""
         self.ledger: Ledger | None = None
         """The query's unfinished work (:class:`~engine.live_archived.ledger.Ledger`), when a service worker keeps
         one: every live instance enters at :meth:`completed`; the runner marks those it answers itself
@@ -242,6 +254,8 @@ class Runner:
             d = self.counters.as_dict()
         d["live_matcher"] = self.live.stats()
         d["pending_instances"] = len(self.waiting())
+        if self.known_ranges is not None:
+            d["known_ranges"] = self.known_ranges.stats()
         return d
 
     def idle(self) -> list[Match]:
@@ -353,16 +367,55 @@ class Runner:
         self.defer(work)  # its instances leave the ledger when the worker has committed its results
         return []
 
-    def request(self, keys: Iterable[Hashable] | None, ranges: Ranges) -> list[Event]:
+    def request(self, keys: Iterable[Hashable] | None, ranges: Ranges, *, logical: bool = True) -> list[Event]:
         """One archive request for ``P_A``'s types (see :meth:`ArchiveSource.extract`), naming ``P_A``: the
-        source may leave out events that can be in none of its matches."""
+        source may leave out events that can be in none of its matches. ``logical``: count it in
+        ``archive_requests`` (False: a read for a request counted already, :meth:`archived_in`)."""
         key_attr = self.plan.key.attr if self.plan.key is not None else None
         events = self.source.extract(self.plan.archived_types, keys, ranges, key_attr=key_attr,
                                      pattern=self.plan.archived)
         with self.lock:
-            self.counters.archive_requests += 1
+            self.counters.archive_requests += int(logical)
             self.counters.archived_events_scanned += len(events)
         return events
+
+    def archived_in(self, request: dict[Hashable, list[Range]]) -> dict[Hashable, list[Match]]:
+        """One logical archive request, through :attr:`known_ranges`: ``P_A``'s matches whose event ends in each
+        key's ranges (``request``: key -> merged ranges, int microseconds; the key None without a key plan), by key,
+        in ``(ts_end, id)`` order. Only the parts no earlier request read are read (one read for all keys); a part
+        forgotten meanwhile (the bound of :class:`KnownRanges`) is read again.
+
+        Raises
+        ------
+        RuntimeError
+            Without :attr:`known_ranges`.
+        """
+        known = self.known_ranges
+        if known is None:
+            raise RuntimeError("archived_in needs known_ranges")
+        keyed = self.plan.key is not None
+        with self.lock:
+            self.counters.archive_requests += 1
+        missing = known.missing(request)
+        if missing:
+            by_key = self._matches_by_key(self.request(None, missing if keyed else missing[None], logical=False))
+            known.add(missing, by_key, self.horizon())
+        got = known.found(request)
+        if got is None:  # forgotten meanwhile (the bound): this request reads its whole ranges
+            got = self._matches_by_key(self.request(None, request if keyed else request[None], logical=False))
+            got = {k: got.get(k, []) for k in request}
+        with self.lock:
+            self.counters.archived_instances += sum(map(len, got.values()))
+        return got
+
+    def _matches_by_key(self, events: list[Event]) -> dict[Hashable, list[Match]]:
+        """``P_A``'s matches over ``events`` (a fresh matcher, in ``(ts_end, id)`` order) by archive key (None
+        without a key plan)."""
+        keyed = self.plan.key is not None
+        out: dict[Hashable, list[Match]] = {}
+        for j in self._match_fresh(sorted(events, key=Event.order_key)):
+            out.setdefault(self.plan.archived_key(j) if keyed else None, []).append(j)
+        return out
 
     def match_archived(self, events: list[Event]) -> list[Match]:
         """Every match of ``P_A`` over ``events`` (fed in the matcher's (ts_end, id) order), with a fresh matcher.

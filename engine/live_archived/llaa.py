@@ -32,9 +32,11 @@ class LLAA(Runner):
         """Request ``R_A(I)`` for the one instance ``I`` of ``insts``, match ``P_A`` over it, join ``I``."""
         [inst] = insts
         key = self.plan.key_of(inst.match)
-        keys = None if self.plan.key is None else [key]
-        events = self.request(keys, [self.access(inst)])
-        found = self.match_archived(events)
+        if self.known_ranges is not None:  # only what no earlier request of the key read
+            found = self.archived_in({key: [self.access(inst)]})[key]
+        else:
+            keys = None if self.plan.key is None else [key]
+            found = self.match_archived(self.request(keys, [self.access(inst)]))
         out: list[Match] = []
         with self.lock:
             self.join(inst, found, out)

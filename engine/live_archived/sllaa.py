@@ -131,8 +131,11 @@ class SLLAA(Runner):
         if not wanted:
             return out
         request = {k: merge_ranges(v) for k, v in ranges.items()}
-        events = self.request(None, request) if keyed else self.request(None, request[None])
-        found = self.match_archived(events)
+        if self.known_ranges is not None:  # only what no earlier subwindow read
+            found = [j for matches in self.archived_in(request).values() for j in matches]
+        else:
+            events = self.request(None, request) if keyed else self.request(None, request[None])
+            found = self.match_archived(events)
         hashed = keyed and bool(plan.join_equi)
         try:
             store = self._index(found, hashed)

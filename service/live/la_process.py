@@ -114,6 +114,9 @@ class ChildSpec:
         default :data:`REQUESTS_IN_FLIGHT`); the query's later requests wait in the worker, in order.
     mergeable_in_flight : int
         Of those, mergeable ones (SLLAA subwindows) at once (``LACE_LA_LOOKUP_WORKERS``).
+    known_ranges : bool
+        Archive requests read only what the query's earlier requests did not (the runner's ``known_ranges``: ingest
+        refuses late events of its archived types).
     failed : str, optional
         Start the query failed (it raised :data:`MAX_QUERY_FAILURES` times): it matches nothing.
     fault_batch : int, optional
@@ -138,6 +141,7 @@ class ChildSpec:
     log_level: int = field(default=logging.WARNING)
     failed: str | None = None
     fault_batch: int | None = None
+    known_ranges: bool = False
 
 
 class RemoteError(RuntimeError):
@@ -1026,6 +1030,7 @@ def _start_query(
             plan, source=source, algorithm=spec.algorithm, tolerance_us=spec.tolerance_us,
             allowed_lateness_us=spec.allowed_lateness_us, defer=defer, pm_capacity=spec.pm_capacity,
             pm_policy=spec.pm_policy or "stpm", pm_store=pm_store, pm_query_id=spec.pm_query_id,
+            known_ranges=spec.known_ranges,
         )
 
     def record(query_id: int, matches: list[Match]) -> None:

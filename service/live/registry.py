@@ -109,6 +109,10 @@ class RegistryHost(RunHost, Protocol):
     def schemas(self) -> dict[str, dict[str, str]]:
         """Event type -> attribute types."""
 
+    def ingested(self, types: Iterable[str]) -> bool:
+        """Whether every type of ``types`` is registered and posted by producers (not derived, EMIT INTO): ingest
+        refuses its late events."""
+
 
 class StatementRegistry:
     """Starts and stops the runs of the runtime ``rt``'s statements (``rt.registry``).
@@ -207,6 +211,9 @@ class StatementRegistry:
             raise ValueError("live-and-archived queries need the archive (LACE_ARCHIVE_ENABLED)")
         source = rt.source
 
+        # an access range read stays as read (engine/live_archived/known_ranges.py): ingest refuses late events
+        known_ranges = rt.ingested(compiled.archived_types)
+
         def runner(defer: Callable[[ArchiveWork], None]) -> Any:
             return make_detector(
                 compiled,
@@ -215,6 +222,7 @@ class StatementRegistry:
                 tolerance_us=opts.tolerance_us or 0,
                 allowed_lateness_us=lateness,
                 defer=defer,
+                known_ranges=known_ranges,
                 **common,
             )
 
@@ -228,6 +236,7 @@ class StatementRegistry:
                 pm_capacity=opts.pm_capacity, pm_policy=opts.pm_policy, pm_query_id=f"q{query_id}",
                 pm_store_url=getattr(rt.pm_store, "url", None), requests_in_flight=rt.la_requests_in_flight,
                 mergeable_in_flight=rt.lookups.pool._max_workers, log_level=logging.getLogger().level,
+                known_ranges=known_ranges,
             )
             return rt.workers.start(spec, compiled)
         return rt.workers.start(query_id, types, lambda: LiveArchivedWorker(

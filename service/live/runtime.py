@@ -247,6 +247,11 @@ class LiveRuntime:
         """Allowed lateness per registered event type of ``types``, int microseconds."""
         return {t: self.types[t].lateness_us for t in types if t in self.types}
 
+    def ingested(self, types: Iterable[str]) -> bool:
+        """Whether every type of ``types`` is registered and not derived (EMIT INTO): ingest refuses its late
+        events (an EMIT INTO never targets an ingested type, service/statement.py)."""
+        return all(t in self.types and not self.types[t].derived for t in types)
+
     def close(self) -> None:
         """Stop every live-and-archived worker and the archive request pool (service shut-down)."""
         with self.lock:

@@ -39,6 +39,10 @@ def test_every_algorithm_equals_the_oracle(case, tolerance_s, max_batch, window_
     check(case, "alaa", window_us=window_s * SECOND)
     check(case, "ollaa", mode="archive", tolerance_us=tolerance_s * SECOND // 2, sample_rate=0.0)
     check(case, "ollaa", mode="live")
+    # requests that read only what no earlier request read (a one-event P_A over P_L's one type; others ignore it)
+    check(case, "llaa", known_ranges=True)
+    check(case, "sllaa", tolerance_us=tolerance_s * SECOND, max_batch=max_batch, known_ranges=True)
+    check(case, "ollaa", mode="live", known_ranges=True)
 
 
 @settings(max_examples=80, suppress_health_check=list(HealthCheck), deadline=None)
