@@ -156,7 +156,8 @@ def claim_due(sessions: sessionmaker[Session], *, now_us: int, limit: int, lease
         if not rows:
             return []
         ids = [r.delivery_id for r in rows]
-        s.execute(update(DeliveryRow).where(DeliveryRow.id.in_(ids)).values(lease_until_us=now_us + lease_us))
+        table = cast(Table, DeliveryRow.__table__)  # Core: no ORM bulk update (nothing loaded to synchronize)
+        s.execute(update(table).where(table.c.id.in_(ids)).values(lease_until_us=now_us + lease_us))
         return [
             Job(
                 delivery_id=r.delivery_id,
