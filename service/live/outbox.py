@@ -13,10 +13,10 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
-from sqlalchemy import insert, select
+from sqlalchemy import Table, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -96,8 +96,9 @@ def record_alert_rows(session: Session, values: Sequence[dict[str, Any]], *, now
         return 0, 0
     rows = list({(v["query_id"], v["dedup_key"]): v for v in values}.values())
     dialect = session.get_bind().dialect.name
-    ins: Any = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(AlertRow)
-    stmt = ins.on_conflict_do_nothing(index_elements=["query_id", "dedup_key"]).returning(AlertRow.id)
+    alerts, deliveries = cast(Table, AlertRow.__table__), cast(Table, DeliveryRow.__table__)  # Core: no ORM bulk
+    ins: Any = (postgresql.insert if dialect == "postgresql" else sqlite.insert)(alerts)
+    stmt = ins.on_conflict_do_nothing(index_elements=["query_id", "dedup_key"]).returning(alerts.c.id)
     ids = [r[0] for r in session.execute(stmt, rows)]
     if not ids:
         return 0, 0
@@ -109,7 +110,7 @@ def record_alert_rows(session: Session, values: Sequence[dict[str, Any]], *, now
     ).all()
     if pairs:
         session.execute(
-            insert(DeliveryRow),
+            insert(deliveries),
             [
                 {
                     "alert_id": a,

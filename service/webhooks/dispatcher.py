@@ -145,6 +145,9 @@ class Dispatcher:
         self.metrics = metrics
         self.resolver = resolver
         self.server_key = settings.signing_key()
+        # both pure in their arguments (the settings and key are fixed): once per webhook / URL, not per attempt
+        self._secret = functools.lru_cache(maxsize=1024)(functools.partial(webhook_secret, self.server_key))
+        self._refused = functools.lru_cache(maxsize=1024)(self._refusal)
         self._wake = asyncio.Event()  # these three belong to the dispatcher's loop (first used there)
         self._inflight: set[asyncio.Task[None]] = set()
         # an outcome and the future its sender waits on (set once the outcome is committed, or failed to be)
@@ -366,7 +369,7 @@ class Dispatcher:
                 (Outcome(job, False, None, f"{type(e).__name__}: {e}", now_us(), 0.0, endpoint_down=False), recorded)
             )
 
-    def _refused(self, url: str) -> str | None:
+    def _refusal(self, url: str) -> str | None:
         """Why the URL may not be sent to, known before connecting (None: the connection decides). A host name is
         checked by the connector's resolver as it is resolved; an IP literal, which aiohttp does not resolve, here."""
         try:
@@ -381,8 +384,8 @@ class Dispatcher:
     async def _attempt(self, clients: _Clients, job: Job) -> Outcome:
         """One POST of ``job`` (its slot already held): the outcome, never an exception of the request."""
         body = orjson.dumps(job.payload)
-        secret = webhook_secret(self.server_key, job.webhook_id, job.salt)
-        older = [webhook_secret(self.server_key, job.webhook_id, job.previous_salt)] if job.previous_salt else []
+        secret = self._secret(job.webhook_id, job.salt)
+        older = [self._secret(job.webhook_id, job.previous_salt)] if job.previous_salt else []
         headers: dict[str, Any] = {
             "Content-Type": "application/json",
             "User-Agent": "lace-webhooks/1",
