@@ -105,3 +105,30 @@ def test_subtract_and_concurrent_adds_keep_each_match_once():
     for k in range(6):
         want = plain.match_archived(plain.request([k], [(0, hi)]))
         assert [m.key() for m in whole[k]] == [m.key() for m in want]
+
+
+INTERVALS = """
+LIVE PATTERN SEQ(iv a, iv b) WHERE a.v > 70 AND b.v > 70 PARTITION BY k STRATEGY partition_contiguity WITHIN 60 s
+ARCHIVED PATTERN iv c WHERE c.v < 30 PARTITION BY k
+LOOKBACK 10 min
+JOIN a.k = c.k
+RETURN a.k AS k, count(c) AS n, min(c.ts) AS first, max(c.ts) AS last
+"""
+
+
+@pytest.mark.parametrize("algorithm,options", [("llaa", {}), ("sllaa", {"tolerance_us": 30 * S})])
+def test_interval_events_are_kept_by_their_end(algorithm, options):
+    """An archived interval is read by its end (``ts_end``): kept and found by it, the same results."""
+    rng = random.Random(5)
+    events, ts = [], 0
+    for i in range(1, 2001):
+        ts += rng.randrange(0, 2 * S)
+        end = ts + rng.randrange(1, 90 * S)  # long ones end after later ones start
+        events.append(Event(i, "iv", ts, {"k": rng.randrange(4), "v": rng.randrange(100)}, end))
+    events.sort(key=Event.order_key)
+    plan = compile_live_archived(INTERVALS)
+    want, plain = run_memory(plan, algorithm, events, **options)
+    got, known = run_memory(plan, algorithm, events, known_ranges=True, **options)
+    assert known.known_ranges is not None
+    assert [(r.key(), r.start, r.end, r.fields) for r in got] == [(r.key(), r.start, r.end, r.fields) for r in want]
+    assert len(want) > 10 and known.counters.archived_events_scanned < plain.counters.archived_events_scanned
