@@ -79,7 +79,8 @@ def test_a_bound_that_forgets_still_gives_the_same_results():
 def test_it_is_off_where_a_range_read_may_still_change():
     """P_A over another type than P_L's (its late events are not refused by P_L's watermark), a P_A of two
     events, or a caller that did not vouch for its archive: whole ranges, as before."""
-    assert make_runner("llaa", compile_live_archived(TWO_TYPES), MemoryArchive(), known_ranges=True).known_ranges is None
+    two_types = make_runner("llaa", compile_live_archived(TWO_TYPES), MemoryArchive(), known_ranges=True)
+    assert two_types.known_ranges is None
     two = GROUPED.replace("ARCHIVED PATTERN s c WHERE c.v < 30", "ARCHIVED PATTERN SEQ(s c, s d) WHERE c.v < 30")
     two = two.replace(", count(c) AS n, min(c.ts) AS first, max(c.ts) AS last, sum(c.v) AS total", ", count(c) AS n")
     assert make_runner("llaa", compile_live_archived(two), MemoryArchive(), known_ranges=True).known_ranges is None
