@@ -303,6 +303,7 @@ def stats(lq: LiveQuery, watermark_us: int | None = None) -> QueryStats:
             oldest_pending_wait_s=oldest.get("wait_s", 0.0),
             caught_up=s.get("caught_up", s["backlog_events"] == 0 and s["requests_in_flight"] == 0),
             subwindows_closed_idle=(s.get("sllaa") or {}).get("closed_idle"),
+            requests_from_memory=(s.get("known_ranges") or {}).get("requests_from_memory"),
             delay=Delays(
                 n=delay["n"],
                 event_p50_ms=delay["event"]["p50"],

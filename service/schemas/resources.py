@@ -345,6 +345,11 @@ class LiveArchivedStats(BaseModel):
         None, description="SLLAA: subwindows closed because every stream the query reads was idle "
         "(LACE_IDLE_TIMEOUT_S) or ended."
     )
+    requests_from_memory: int | None = Field(
+        None, description="Archive requests answered without reading: every part of their access ranges was read by "
+        "an earlier request of the same key (known ranges: a one-event archived pattern over the live pattern's one "
+        "ingested type); null: the query reads whole ranges."
+    )
     delay: Delays
     worker: WorkerPlace | None = Field(
         None, description="The pool's worker process hosting it; null when it runs on a thread of the service "

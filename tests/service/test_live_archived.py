@@ -24,6 +24,7 @@ from engine.detector import compile as compile_statement
 from engine.detector import make_detector
 from engine.events import Event
 from engine.live_archived.source import MemoryArchive
+from engine.lql.pattern_checks import single_event_var
 from tests.service.conftest import make_database
 from tests.service.test_backfills import finished
 from tests.service.test_demo import _traffic_keys
@@ -222,6 +223,11 @@ def test_demo_live_and_archived_queries_over_rest_equal_replay(
             stats = c.get(f"/queries/{qid}").json()["stats"]
             la = stats["live_archived"]
             assert la["algorithm"] == alg and la["live_instances"] > 0
+            # known ranges (issue 43): on for a one-event P_A over the live pattern's one (ingested) type, not ALAA
+            plan = compile_statement(texts[stem])
+            on = alg != "alaa" and single_event_var(plan.archived.ast) is not None and set(
+                plan.archived_types) == set(plan.live_types)
+            assert (la["requests_from_memory"] is not None) == on, (name, la["requests_from_memory"])
             if alg == "sllaa":
                 assert la["archive_requests"] <= la["live_instances"]
             assert stats["pm_capacity"] == 50
