@@ -46,7 +46,7 @@ PLANS = {
     # the worker processes alone killed 1.2 s after the last batch but one
     "postgresql": [
         Fault("plan.switch.before_commit", 1), Fault("pause", 2), Fault("webhook.after_post", 80),
-        Fault("archive.flush.before_wal_delete", 8), Fault("sigterm", 15), Fault("delay", 17, 2_300),
+        Fault("archive.flush.before_wal_delete", 3), Fault("sigterm", 15), Fault("delay", 17, 2_300),
         Fault("worker", 19, 1_200),
     ],
 }
