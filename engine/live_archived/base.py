@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from engine.events import END_OF_TIME, Event
 from engine.live_archived.counters import RunCounters
-from engine.live_archived.known_ranges import KnownRanges
+from engine.live_archived.known_ranges import FedEvents, KnownRanges
 from engine.live_archived.ledger import Ledger
 from engine.live_archived.memo import ArchivedMemo
 from engine.live_archived.plan import LiveArchivedPlan, Range
@@ -174,6 +174,12 @@ class Runner:
         """The access ranges read and ``P_A``'s matches in them, by key (:mod:`engine.live_archived.known_ranges`):
         with ``known_ranges`` (the caller refuses late events of the type, so a range read stays as read), a
         one-event ``P_A`` over the one type ``P_L`` reads; requests read only what was not read before."""
+        self.fed: FedEvents | None = (
+            None if self.known_ranges is None else FedEvents(plan.key.attr if plan.key is not None else None,
+                                                             self.lateness_us)
+        )
+        """The events of that type this runner was fed (with :attr:`known_ranges`): the newest parts of a request
+        come from them, not from the archive."""
         self.ledger: Ledger | None = None
         """The query's unfinished work (:class:`~engine.live_archived.ledger.Ledger`), when a service worker keeps
         one: every live instance enters at :meth:`completed`; the runner marks those it answers itself
@@ -195,6 +201,8 @@ class Runner:
         """
         now = self._now()
         self.counters.live_events += 1
+        if self.fed is not None:
+            self.fed.feed((event,))
         if event.ts_end - self.lateness_us > self.watermark:  # ts_end: the matcher's time (issue 15)
             self.watermark = event.ts_end - self.lateness_us
         out = self.on_time()
@@ -208,6 +216,8 @@ class Runner:
         does; the results made due before it are kept."""
         now = self._now()
         self.counters.live_events += len(events)
+        if self.fed is not None:
+            self.fed.feed(events)  # the query's events are all of the one type P_A reads
         lateness = self.lateness_us
         on_time, on_event = self.on_time, self.on_event
         out: list[Match] = []
@@ -256,6 +266,8 @@ class Runner:
         d["pending_instances"] = len(self.waiting())
         if self.known_ranges is not None:
             d["known_ranges"] = self.known_ranges.stats()
+        if self.fed is not None:
+            d["known_ranges"].update(self.fed.stats())
         return d
 
     def idle(self) -> list[Match]:
@@ -382,8 +394,9 @@ class Runner:
     def archived_in(self, request: dict[Hashable, list[Range]]) -> dict[Hashable, list[Match]]:
         """One logical archive request, through :attr:`known_ranges`: ``P_A``'s matches whose event ends in each
         key's ranges (``request``: key -> merged ranges, int microseconds; the key None without a key plan), by key,
-        in ``(ts_end, id)`` order. Only the parts no earlier request read are read (one read for all keys); a part
-        forgotten meanwhile (the bound of :class:`KnownRanges`) is read again.
+        in ``(ts_end, id)`` order. Only the parts no earlier request read are read (one read for all keys), and of
+        those only what the events this runner was fed do not cover (:attr:`fed`); a part forgotten meanwhile (the
+        bound of :class:`KnownRanges`) is read again.
 
         Raises
         ------
@@ -397,7 +410,13 @@ class Runner:
         with self.lock:
             self.counters.archive_requests += 1
         missing = known.missing(request)
-        if missing:
+        if missing and self.fed is not None:  # the newest parts: from the events this runner was fed
+            covered, events, missing = self.fed.take(missing)
+            if covered:
+                known.add(covered, self._matches_by_key(events), self.horizon())
+        if not missing:
+            known.read_nothing()
+        else:
             by_key = self._matches_by_key(self.request(None, missing if keyed else missing[None], logical=False))
             known.add(missing, by_key, self.horizon())
         got = known.found(request)

@@ -15,6 +15,13 @@ access range; archived rows are never deleted (``archive/maintenance.py`` vacuum
 caller decides (:attr:`engine.live_archived.base.Runner.known_ranges`). A one-event ``P_A`` matches each event on
 its own (:mod:`engine.live_archived.memo`), so the matches of a range are the union of its events' matches.
 
+The same argument lets the runner answer the newest parts of a request from the events it was fed
+(:class:`FedEvents`): fed every event of the type from its first one on, in ingest order, it has every event that
+ends at or after ``first end + lateness + 1`` (an event ingested before its first one ended at most ``lateness``
+after it: ingest refused it otherwise) and before its watermark ``newest end - lateness`` (every event ingested later
+ends at or after that). With a look-back of days, the part of a key's request no earlier request read is almost
+always its last seconds or minutes: those come from memory, and only a key's first request reads the archive.
+
 The logical requests stay what 001 section 6 counts (``archive_requests``); ``archived_events_scanned`` counts the
 rows read, ``requests_from_memory`` the requests that read nothing.
 """
@@ -22,14 +29,19 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from typing import Any
 
+from engine.events import Event
 from engine.live_archived.plan import Range, merge_ranges
 from engine.match import Match
 
 _MIN = -(1 << 63)
 MAX_MATCHES = 200_000
 """The most matches one query keeps (a match and its event: ~1 KiB, so ~200 MB at most per query)."""
+MAX_FED = 200_000
+"""The most fed events one query keeps (:class:`FedEvents`; shared with the worker's other queries of the type: a
+worker decodes each event once); beyond it the older half of the time they cover is forgotten."""
 
 def subtract(ranges: list[Range], covered: list[Range]) -> list[Range]:
     """The parts of ``ranges`` outside ``covered`` (both merged, sorted, half-open, int microseconds).
@@ -55,14 +67,15 @@ def subtract(ranges: list[Range], covered: list[Range]) -> list[Range]:
 
 
 class _Key:
-    """One key's read ranges and the matches in them, in ``(end, id)`` order of their event."""
+    """One key's read ranges and the matches in them (:class:`FedEvents`: its events), in ``(end, id)`` order of
+    their event."""
 
     __slots__ = ("covered", "order", "items")
 
     def __init__(self) -> None:
         self.covered: list[Range] = []
         self.order: list[tuple[int, int]] = []
-        self.items: list[Match] = []
+        self.items: list[Any] = []
 
 
 class KnownRanges:
@@ -81,7 +94,7 @@ class KnownRanges:
         self.keys: dict[Hashable, _Key] = {}
         self.size = 0
         self.from_memory = 0
-        """Requests that read nothing: every range was read before."""
+        """Requests that read nothing: every range was read before or fed (:class:`FedEvents`)."""
 
     def missing(self, request: dict[Hashable, list[Range]]) -> dict[Hashable, list[Range]]:
         """The parts of ``request`` (key -> merged ranges) not read yet, by key (keys with nothing missing left out)."""
@@ -92,9 +105,12 @@ class KnownRanges:
                 rest = ranges if k is None else subtract(ranges, k.covered)
                 if rest:
                     out[key] = rest
-            if not out:
-                self.from_memory += 1
         return out
+
+    def read_nothing(self) -> None:
+        """Count a request answered without an archive read (``requests_from_memory``)."""
+        with self.lock:
+            self.from_memory += 1
 
     def add(
         self, read: dict[Hashable, list[Range]], found: dict[Hashable, list[Match]], horizon_us: int | None = None
@@ -173,6 +189,126 @@ class KnownRanges:
         """``{"keys", "matches", "requests_from_memory"}``."""
         with self.lock:
             return {"keys": len(self.keys), "matches": self.size, "requests_from_memory": self.from_memory}
+
+
+class FedEvents:
+    """The events of ``P_A``'s one type a runner was fed, by archive key, in ``(ts_end, id)`` order (module
+    docstring): complete for ends in ``[lo, hi)``, so the parts of a request there need no archive read.
+
+    Parameters
+    ----------
+    key_attr : str or None
+        The archive key attribute (None: a plan without a key; every event under the key None).
+    lateness_us : int
+        The type's allowed lateness at ingest (int microseconds; the runner's, at least the service's).
+    max_events : int
+        The most events kept; past it the older half of ``[lo, hi)`` is forgotten (``lo`` moves up).
+    """
+
+    def __init__(self, key_attr: str | None, lateness_us: int, max_events: int = MAX_FED) -> None:
+        self.key_attr = key_attr
+        self.lateness_us = lateness_us
+        self.max_events = max_events
+        self.lock = threading.Lock()
+        self.fresh: list[Event] = []
+        """Fed, not yet indexed by key (indexed when a request needs them)."""
+        self.keys: dict[Hashable, _Key] = {}
+        self.size = 0
+        self.lo: int | None = None
+        """Every event ending at or after this was fed (None: nothing fed yet)."""
+        self.newest = _MIN
+        self.hi = _MIN
+        """Every event ending before this that will ever be ingested was fed: ``newest end - lateness``."""
+
+    def feed(self, events: Sequence[Event]) -> None:
+        """Take a batch of fed events (every event of the type, in ingest order; the runner's thread)."""
+        if not events:
+            return
+        ends = [e.ts_end for e in events]
+        with self.lock:
+            low = min(ends) + self.lateness_us + 1  # anything ingested before it ended by min + lateness
+            if self.lo is None or low < self.lo:
+                self.lo = low
+            top = max(ends)
+            if top > self.newest:
+                self.newest = top
+                self.hi = top - self.lateness_us
+            self.fresh += events
+            if len(self.fresh) > self.max_events // 4:  # index (and trim) as fed when no request asks
+                self._index()
+
+    def take(
+        self, missing: dict[Hashable, list[Range]]
+    ) -> tuple[dict[Hashable, list[Range]], list[Event], dict[Hashable, list[Range]]]:
+        """Split ``missing`` (key -> merged ranges): ``(the parts fed events cover, their events, the rest)``."""
+        covered: dict[Hashable, list[Range]] = {}
+        rest: dict[Hashable, list[Range]] = {}
+        events: list[Event] = []
+        with self.lock:
+            self._index()
+            lo, hi = self.lo, self.hi
+            if lo is None or lo >= hi:
+                return covered, events, missing
+            span = [(lo, hi)]
+            for key, ranges in missing.items():
+                left = subtract(ranges, span)
+                if left:
+                    rest[key] = left
+                part = subtract(ranges, left) if left else ranges
+                if not part:
+                    continue
+                covered[key] = part
+                k = self.keys.get(key)
+                if k is None:
+                    continue
+                for r_lo, r_hi in part:
+                    i = bisect.bisect_left(k.order, (r_lo, _MIN))
+                    j = bisect.bisect_left(k.order, (r_hi, _MIN))
+                    events += k.items[i:j]
+        return covered, events, rest
+
+    def _index(self) -> None:
+        attr = self.key_attr
+        keys = self.keys
+        for e in self.fresh:
+            key = None if attr is None else e.get(attr)
+            k = keys.get(key)
+            if k is None:
+                k = keys[key] = _Key()
+            at = (e.ts_end, int(e.id))
+            if not k.order or at > k.order[-1]:
+                k.order.append(at)
+                k.items.append(e)
+            else:
+                i = bisect.bisect_left(k.order, at)
+                if i < len(k.order) and k.order[i] == at:
+                    continue  # fed twice
+                k.order.insert(i, at)
+                k.items.insert(i, e)
+            self.size += 1
+        self.fresh = []
+        while self.size > self.max_events and self.lo is not None and self.lo < self.hi:
+            self._forget((self.lo + self.hi) // 2 + 1)
+
+    def _forget(self, before_us: int) -> None:
+        """Forget the events ending before ``before_us``; ``lo`` moves there."""
+        self.lo = max(self.lo or before_us, before_us)
+        empty = []
+        for key, k in self.keys.items():
+            i = bisect.bisect_left(k.order, (before_us, _MIN))
+            if i:
+                del k.order[:i]
+                del k.items[:i]
+                self.size -= i
+            if not k.items:
+                empty.append(key)
+        for key in empty:
+            del self.keys[key]
+
+    def stats(self) -> dict[str, int]:
+        """``{"fed_events", "fed_keys"}``: kept, indexed or not."""
+        with self.lock:
+            return {"fed_events": self.size + len(self.fresh), "fed_keys": len(self.keys)}
 
 
 def _event_id(m: Match) -> int:

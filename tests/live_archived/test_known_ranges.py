@@ -133,3 +133,53 @@ def test_interval_events_are_kept_by_their_end(algorithm, options):
     assert known.known_ranges is not None
     assert [(r.key(), r.start, r.end, r.fields) for r in got] == [(r.key(), r.start, r.end, r.fields) for r in want]
     assert len(want) > 10 and known.counters.archived_events_scanned < plain.counters.archived_events_scanned
+
+
+def ingested(seed: int, n: int, lateness_us: int) -> list[Event]:
+    """Events in ingest order as ingest takes them: each ends at or after the newest end so far minus the lateness."""
+    rng = random.Random(seed)
+    newest, out = 0, []
+    for i in range(1, n + 1):
+        newest += rng.randrange(0, 2 * S)
+        ts = newest - rng.randrange(0, lateness_us + 1)  # late by up to the lateness (ties too)
+        out.append(Event(i, "s", ts, {"k": rng.randrange(6), "v": rng.randrange(100), "g": rng.randrange(3)}))
+    return out
+
+
+@pytest.mark.parametrize("algorithm,options", [("llaa", {}), ("sllaa", {"tolerance_us": 30 * S})])
+@pytest.mark.parametrize("max_events", [200_000, 40])
+def test_a_runner_started_mid_stream_answers_the_newest_parts_from_the_events_it_was_fed(
+    algorithm, options, max_events
+):
+    """The archive holds what was ingested before the runner's first event (ending up to ``lateness`` after it);
+    the runner is fed the rest in ingest order. Parts before ``first end + lateness`` are read, later ones come
+    from the fed events (also when most were forgotten: ``max_events`` 40), with the results of whole reads."""
+    lateness = 20 * S
+    events = ingested(6, 3000, lateness)
+    before, after = events[:1200], events[1200:]
+
+    def run(known: bool) -> tuple[list, object]:
+        archive = MemoryArchive()
+        for e in before:
+            archive.append(e)
+        runner = make_runner(algorithm, compile_live_archived(GROUPED), archive, known_ranges=known,
+                             allowed_lateness_us=lateness, **options)
+        if runner.fed is not None:
+            runner.fed.max_events = max_events
+        found = []
+        for e in after:
+            archive.append(e)
+            found += runner.push(e)
+        found += runner.flush()
+        return [(r.key(), r.start, r.end, r.fields) for r in found], runner
+
+    want, plain = run(False)
+    got, known = run(True)
+    assert got == want and len(want) > 20
+    stats = known.stats()["known_ranges"]
+    if max_events > 1000:  # each key's first request reads the archive, the rest come from the fed events
+        assert stats["requests_from_memory"] > known.counters.archive_requests * 3 // 4
+        assert known.counters.archived_events_scanned < len(before)
+        assert stats["fed_events"] == len(after)
+    else:
+        assert stats["fed_events"] <= max_events + 10  # forgotten as fed (a request indexes, then trims)
