@@ -191,9 +191,20 @@ class KnownRanges:
             return {"keys": len(self.keys), "matches": self.size, "requests_from_memory": self.from_memory}
 
 
+class _Fed:
+    """One key's fed events in feed (ingest) order and their ends: each ends at or after the newest end before it
+    minus the lateness, so a scan from the newest back stops once an end is ``lateness`` before what it looks for."""
+
+    __slots__ = ("ends", "items")
+
+    def __init__(self) -> None:
+        self.ends: list[int] = []
+        self.items: list[Event] = []
+
+
 class FedEvents:
-    """The events of ``P_A``'s one type a runner was fed, by archive key, in ``(ts_end, id)`` order (module
-    docstring): complete for ends in ``[lo, hi)``, so the parts of a request there need no archive read.
+    """The events of ``P_A``'s one type a runner was fed, by archive key (module docstring): complete for ends in
+    ``[lo, hi)``, so the parts of a request there need no archive read.
 
     Parameters
     ----------
@@ -211,8 +222,8 @@ class FedEvents:
         self.max_events = max_events
         self.lock = threading.Lock()
         self.fresh: list[Event] = []
-        """Fed, not yet indexed by key (indexed when a request needs them)."""
-        self.keys: dict[Hashable, _Key] = {}
+        """Fed, not yet indexed by key (indexed when a request needs them, or when many wait)."""
+        self.keys: dict[Hashable, _Fed] = {}
         self.size = 0
         self.lo: int | None = None
         """Every event ending at or after this was fed (None: nothing fed yet)."""
@@ -240,7 +251,8 @@ class FedEvents:
     def take(
         self, missing: dict[Hashable, list[Range]]
     ) -> tuple[dict[Hashable, list[Range]], list[Event], dict[Hashable, list[Range]]]:
-        """Split ``missing`` (key -> merged ranges): ``(the parts fed events cover, their events, the rest)``."""
+        """Split ``missing`` (key -> merged ranges): ``(the parts fed events cover, their events in no particular
+        order, the rest)``."""
         covered: dict[Hashable, list[Range]] = {}
         rest: dict[Hashable, list[Range]] = {}
         events: list[Event] = []
@@ -250,6 +262,7 @@ class FedEvents:
             if lo is None or lo >= hi:
                 return covered, events, missing
             span = [(lo, hi)]
+            stop_after = self.lateness_us
             for key, ranges in missing.items():
                 left = subtract(ranges, span)
                 if left:
@@ -261,10 +274,16 @@ class FedEvents:
                 k = self.keys.get(key)
                 if k is None:
                     continue
-                for r_lo, r_hi in part:
-                    i = bisect.bisect_left(k.order, (r_lo, _MIN))
-                    j = bisect.bisect_left(k.order, (r_hi, _MIN))
-                    events += k.items[i:j]
+                first = part[0][0]
+                ends, items = k.ends, k.items
+                for i in range(len(ends) - 1, -1, -1):
+                    end = ends[i]
+                    if end + stop_after < first:
+                        break  # everything fed before it ended by end + lateness
+                    for r_lo, r_hi in part:
+                        if r_lo <= end < r_hi:
+                            events.append(items[i])
+                            break
         return covered, events, rest
 
     def _index(self) -> None:
@@ -274,33 +293,29 @@ class FedEvents:
             key = None if attr is None else e.get(attr)
             k = keys.get(key)
             if k is None:
-                k = keys[key] = _Key()
-            at = (e.ts_end, int(e.id))
-            if not k.order or at > k.order[-1]:
-                k.order.append(at)
-                k.items.append(e)
-            else:
-                i = bisect.bisect_left(k.order, at)
-                if i < len(k.order) and k.order[i] == at:
-                    continue  # fed twice
-                k.order.insert(i, at)
-                k.items.insert(i, e)
-            self.size += 1
+                k = keys[key] = _Fed()
+            k.ends.append(e.ts_end)
+            k.items.append(e)
+        self.size += len(self.fresh)
         self.fresh = []
         while self.size > self.max_events and self.lo is not None and self.lo < self.hi:
             self._forget((self.lo + self.hi) // 2 + 1)
 
     def _forget(self, before_us: int) -> None:
-        """Forget the events ending before ``before_us``; ``lo`` moves there."""
+        """Forget the events ending before ``before_us`` (up to the first one that ends later, per key); ``lo``
+        moves there."""
         self.lo = max(self.lo or before_us, before_us)
         empty = []
         for key, k in self.keys.items():
-            i = bisect.bisect_left(k.order, (before_us, _MIN))
+            ends = k.ends
+            i, n = 0, len(ends)
+            while i < n and ends[i] < before_us:
+                i += 1
             if i:
-                del k.order[:i]
+                del ends[:i]
                 del k.items[:i]
                 self.size -= i
-            if not k.items:
+            if not ends:
                 empty.append(key)
         for key in empty:
             del self.keys[key]
