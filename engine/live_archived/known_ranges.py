@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
 from engine.events import Event
@@ -92,6 +92,10 @@ class KnownRanges:
         self.max_matches = max_matches
         self.lock = threading.Lock()
         self.keys: dict[Hashable, _Key] = {}
+        self.every: list[Range] = []
+        """Ranges read for every key at once (:meth:`add_every`), beside each key's own."""
+        self.primed = False
+        """Whether a first read for every key was claimed (:meth:`claim_prime`)."""
         self.size = 0
         self.from_memory = 0
         """Requests that read nothing: every range was read before or fed (:class:`FedEvents`)."""
@@ -101,11 +105,32 @@ class KnownRanges:
         out: dict[Hashable, list[Range]] = {}
         with self.lock:
             for key, ranges in request.items():
-                k = self.keys.get(key)
-                rest = ranges if k is None else subtract(ranges, k.covered)
+                rest = self._unread(key, ranges)
                 if rest:
                     out[key] = rest
         return out
+
+    def _unread(self, key: Hashable, ranges: list[Range]) -> list[Range]:
+        k = self.keys.get(key)
+        rest = subtract(ranges, self.every) if self.every else ranges
+        return rest if k is None or not rest else subtract(rest, k.covered)
+
+    def claim_prime(self) -> bool:
+        """True once (the caller then reads every key's first ranges in one read, :meth:`add_every`)."""
+        with self.lock:
+            done, self.primed = self.primed, True
+        return not done
+
+    def add_every(self, read: Range, found: dict[Hashable, list[Match]], horizon_us: int | None = None) -> None:
+        """Record that ``read`` was read for every key at once and ``found`` holds its matches by key; parts a key
+        had read already keep their matches once. The bound as in :meth:`add`."""
+        with self.lock:
+            new_every = subtract([read], self.every)
+            for key, matches in found.items():
+                self._insert(key, subtract(new_every, self.keys[key].covered) if key in self.keys else new_every,
+                             matches)
+            self.every = merge_ranges([*self.every, *new_every])
+        self._bound(horizon_us)
 
     def read_nothing(self) -> None:
         """Count a request answered without an archive read (``requests_from_memory``)."""
@@ -121,32 +146,42 @@ class KnownRanges:
         forgotten, then everything if that is not enough."""
         with self.lock:
             for key, ranges in read.items():
-                k = self.keys.get(key)
-                if k is None:
-                    k = self.keys[key] = _Key()
-                new = subtract(ranges, k.covered)
-                if not new:
-                    continue
-                for m in found.get(key, ()):
-                    end = m.end
-                    if not any(lo <= end < hi for lo, hi in new):
-                        continue
-                    at = (end, _event_id(m))
-                    if not k.order or at > k.order[-1]:
-                        k.order.append(at)
-                        k.items.append(m)
-                    else:
-                        i = bisect.bisect_left(k.order, at)
-                        k.order.insert(i, at)
-                        k.items.insert(i, m)
-                    self.size += 1
-                k.covered = merge_ranges([*k.covered, *new])
+                new = self._unread(key, ranges)
+                if new:
+                    k = self._insert(key, new, found.get(key, ()))
+                    k.covered = merge_ranges([*k.covered, *new])
+        self._bound(horizon_us)
+
+    def _insert(self, key: Hashable, new: list[Range], matches: Iterable[Match]) -> _Key:
+        """Keep the ``matches`` of ``key`` whose event ends in ``new`` (under :attr:`lock`); its entry."""
+        k = self.keys.get(key)
+        if k is None:
+            k = self.keys[key] = _Key()
+        if not new:
+            return k
+        for m in matches:
+            end = m.end
+            if not any(lo <= end < hi for lo, hi in new):
+                continue
+            at = (end, _event_id(m))
+            if not k.order or at > k.order[-1]:
+                k.order.append(at)
+                k.items.append(m)
+            else:
+                i = bisect.bisect_left(k.order, at)
+                k.order.insert(i, at)
+                k.items.insert(i, m)
+            self.size += 1
+        return k
+
+    def _bound(self, horizon_us: int | None) -> None:
         if self.size > self.max_matches:
             if horizon_us is not None:
                 self.evict(horizon_us)
             with self.lock:
                 if self.size > self.max_matches // 2:
                     self.keys.clear()
+                    self.every = []
                     self.size = 0
 
     def found(self, request: dict[Hashable, list[Range]]) -> dict[Hashable, list[Match]] | None:
@@ -156,10 +191,13 @@ class KnownRanges:
         out: dict[Hashable, list[Match]] = {}
         with self.lock:
             for key, ranges in request.items():
-                k = self.keys.get(key)
-                if k is None or subtract(ranges, k.covered):
+                if self._unread(key, ranges):
                     return None
+                k = self.keys.get(key)
                 got: list[Match] = []
+                if k is None:  # read for every key, none of this one's matched
+                    out[key] = got
+                    continue
                 for lo, hi in ranges:
                     i = bisect.bisect_left(k.order, (lo, _MIN))
                     j = bisect.bisect_left(k.order, (hi, _MIN))
@@ -171,6 +209,7 @@ class KnownRanges:
         """Forget the matches ending before ``before_us`` and the read ranges below it (no later request reaches
         there: the runner's horizon)."""
         with self.lock:
+            self.every = [(max(lo, before_us), hi) for lo, hi in self.every if hi > before_us]
             empty = []
             for key, k in self.keys.items():
                 i = bisect.bisect_left(k.order, (before_us, _MIN))
@@ -179,10 +218,9 @@ class KnownRanges:
                     del k.items[:i]
                     self.size -= i
                 k.covered = [(max(lo, before_us), hi) for lo, hi in k.covered if hi > before_us]
-                if not k.covered:
+                if not k.covered and not k.items:  # its items lie in its ranges or in those read for every key
                     empty.append(key)
             for key in empty:
-                self.size -= len(self.keys[key].items)
                 del self.keys[key]
 
     def stats(self) -> dict[str, int]:
@@ -247,6 +285,11 @@ class FedEvents:
             self.fresh += events
             if len(self.fresh) > self.max_events // 4:  # index (and trim) as fed when no request asks
                 self._index()
+
+    def complete(self) -> tuple[int | None, int]:
+        """``(lo, hi)``: every event ending in ``[lo, hi)`` was fed (lo None: nothing fed yet)."""
+        with self.lock:
+            return self.lo, self.hi
 
     def take(
         self, missing: dict[Hashable, list[Range]]
