@@ -175,11 +175,11 @@ class Runner:
         with ``known_ranges`` (the caller refuses late events of the type, so a range read stays as read), a
         one-event ``P_A`` over the one type ``P_L`` reads; requests read only what was not read before."""
         self.fed: FedEvents | None = (
-            None if self.known_ranges is None else FedEvents(plan.key.attr if plan.key is not None else None,
-                                                             self.lateness_us)
+            None if self.known_ranges is None
+            else FedEvents(self._match_fresh, self._key_of, self.lateness_us)
         )
-        """The events of that type this runner was fed (with :attr:`known_ranges`): the newest parts of a request
-        come from them, not from the archive."""
+        """``P_A``'s matches of the events of that type this runner was fed (with :attr:`known_ranges`): the newest
+        parts of a request come from them, not from the archive."""
         self.ledger: Ledger | None = None
         """The query's unfinished work (:class:`~engine.live_archived.ledger.Ledger`), when a service worker keeps
         one: every live instance enters at :meth:`completed`; the runner marks those it answers itself
@@ -413,9 +413,9 @@ class Runner:
             self._prime(request)
         missing = known.missing(request)
         if missing and self.fed is not None:  # the newest parts: from the events this runner was fed
-            covered, events, missing = self.fed.take(missing)
+            covered, fed_found, missing = self.fed.take(missing)
             if covered:
-                known.add(covered, self._matches_by_key(events), self.horizon())
+                known.add(covered, fed_found, self.horizon())
         if not missing:
             known.read_nothing()
         else:
@@ -442,13 +442,17 @@ class Runner:
         read = (lo, min(start, hi))
         known.add_every(read, self._matches_by_key(self.request(None, [read], logical=False)), self.horizon())
 
+    def _key_of(self, j: Match) -> Hashable:
+        """Archived instance ``j``'s archive key (None without a key plan)."""
+        return self.plan.archived_key(j) if self.plan.key is not None else None
+
     def _matches_by_key(self, events: list[Event]) -> dict[Hashable, list[Match]]:
         """``P_A``'s matches over ``events`` (a fresh matcher, in ``(ts_end, id)`` order) by archive key (None
         without a key plan)."""
-        keyed = self.plan.key is not None
         out: dict[Hashable, list[Match]] = {}
+        key_of = self._key_of
         for j in self._match_fresh(sorted(events, key=Event.order_key)):
-            out.setdefault(self.plan.archived_key(j) if keyed else None, []).append(j)
+            out.setdefault(key_of(j), []).append(j)
         return out
 
     def match_archived(self, events: list[Event]) -> list[Match]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from engine.events import Event
@@ -39,9 +39,9 @@ from engine.match import Match
 _MIN = -(1 << 63)
 MAX_MATCHES = 200_000
 """The most matches one query keeps (a match and its event: ~1 KiB, so ~200 MB at most per query)."""
-MAX_FED = 200_000
-"""The most fed events one query keeps (:class:`FedEvents`; shared with the worker's other queries of the type: a
-worker decodes each event once); beyond it the older half of the time they cover is forgotten."""
+MAX_FED = 100_000
+"""The most matches of fed events one query keeps (:class:`FedEvents`); beyond it the older half of the time they
+cover is forgotten."""
 
 def subtract(ranges: list[Range], covered: list[Range]) -> list[Range]:
     """The parts of ``ranges`` outside ``covered`` (both merged, sorted, half-open, int microseconds).
@@ -230,39 +230,48 @@ class KnownRanges:
 
 
 class _Fed:
-    """One key's fed events in feed (ingest) order and their ends: each ends at or after the newest end before it
-    minus the lateness, so a scan from the newest back stops once an end is ``lateness`` before what it looks for."""
+    """One key's matches of fed events in feed (ingest) order and their ends: each ends at or after the newest end
+    before it minus the lateness, so a scan from the newest back stops once an end is ``lateness`` before what it
+    looks for."""
 
     __slots__ = ("ends", "items")
 
     def __init__(self) -> None:
         self.ends: list[int] = []
-        self.items: list[Event] = []
+        self.items: list[Match] = []
 
 
 class FedEvents:
-    """The events of ``P_A``'s one type a runner was fed, by archive key (module docstring): complete for ends in
-    ``[lo, hi)``, so the parts of a request there need no archive read.
+    """``P_A``'s matches of the events of its one type a runner was fed, by archive key (module docstring): complete
+    for ends in ``[lo, hi)``, so the parts of a request there need no archive read.
 
     Parameters
     ----------
-    key_attr : str or None
-        The archive key attribute (None: a plan without a key; every event under the key None).
+    match : callable
+        ``P_A``'s matches over events in ``(ts_end, id)`` order (a fresh matcher: a one-event ``P_A`` matches each
+        event on its own, so batches of fed events are matched as they come).
+    key_of : callable
+        A match's archive key (None without a key plan).
     lateness_us : int
         The type's allowed lateness at ingest (int microseconds; the runner's, at least the service's).
-    max_events : int
-        The most events kept; past it the older half of ``[lo, hi)`` is forgotten (``lo`` moves up).
+    max_matches : int
+        The most matches kept; past it the older half of ``[lo, hi)`` is forgotten (``lo`` moves up).
     """
 
-    def __init__(self, key_attr: str | None, lateness_us: int, max_events: int = MAX_FED) -> None:
-        self.key_attr = key_attr
+    def __init__(
+        self, match: Callable[[list[Event]], list[Match]], key_of: Callable[[Match], Hashable], lateness_us: int,
+        max_matches: int = MAX_FED,
+    ) -> None:
+        self.match = match
+        self.key_of = key_of
         self.lateness_us = lateness_us
-        self.max_events = max_events
+        self.max_matches = max_matches
         self.lock = threading.Lock()
         self.fresh: list[Event] = []
-        """Fed, not yet indexed by key (indexed when a request needs them, or when many wait)."""
+        """Fed, not yet matched (matched when a request needs them, or when many wait)."""
         self.keys: dict[Hashable, _Fed] = {}
         self.size = 0
+        self.fed = 0
         self.lo: int | None = None
         """Every event ending at or after this was fed (None: nothing fed yet)."""
         self.newest = _MIN
@@ -283,7 +292,8 @@ class FedEvents:
                 self.newest = top
                 self.hi = top - self.lateness_us
             self.fresh += events
-            if len(self.fresh) > self.max_events // 4:  # index (and trim) as fed when no request asks
+            self.fed += len(events)
+            if len(self.fresh) > self.max_matches // 4:  # match (and trim) as fed when no request asks
                 self._index()
 
     def complete(self) -> tuple[int | None, int]:
@@ -293,17 +303,17 @@ class FedEvents:
 
     def take(
         self, missing: dict[Hashable, list[Range]]
-    ) -> tuple[dict[Hashable, list[Range]], list[Event], dict[Hashable, list[Range]]]:
-        """Split ``missing`` (key -> merged ranges): ``(the parts fed events cover, their events in no particular
-        order, the rest)``."""
+    ) -> tuple[dict[Hashable, list[Range]], dict[Hashable, list[Match]], dict[Hashable, list[Range]]]:
+        """Split ``missing`` (key -> merged ranges): ``(the parts fed events cover, P_A's matches there by key in no
+        particular order, the rest)``."""
         covered: dict[Hashable, list[Range]] = {}
         rest: dict[Hashable, list[Range]] = {}
-        events: list[Event] = []
+        found: dict[Hashable, list[Match]] = {}
         with self.lock:
             self._index()
             lo, hi = self.lo, self.hi
             if lo is None or lo >= hi:
-                return covered, events, missing
+                return covered, found, missing
             span = [(lo, hi)]
             stop_after = self.lateness_us
             for key, ranges in missing.items():
@@ -319,33 +329,38 @@ class FedEvents:
                     continue
                 first = part[0][0]
                 ends, items = k.ends, k.items
+                got = found[key] = []
                 for i in range(len(ends) - 1, -1, -1):
                     end = ends[i]
                     if end + stop_after < first:
                         break  # everything fed before it ended by end + lateness
                     for r_lo, r_hi in part:
                         if r_lo <= end < r_hi:
-                            events.append(items[i])
+                            got.append(items[i])
                             break
-        return covered, events, rest
+        return covered, found, rest
 
     def _index(self) -> None:
-        attr = self.key_attr
-        keys = self.keys
-        for e in self.fresh:
-            key = None if attr is None else e.get(attr)
+        if not self.fresh:
+            return
+        fresh = sorted(self.fresh, key=Event.order_key)
+        self.fresh = []
+        keys, key_of = self.keys, self.key_of
+        n = 0
+        for m in self.match(fresh):
+            key = key_of(m)
             k = keys.get(key)
             if k is None:
                 k = keys[key] = _Fed()
-            k.ends.append(e.ts_end)
-            k.items.append(e)
-        self.size += len(self.fresh)
-        self.fresh = []
-        while self.size > self.max_events and self.lo is not None and self.lo < self.hi:
+            k.ends.append(m.end)
+            k.items.append(m)
+            n += 1
+        self.size += n
+        while self.size > self.max_matches and self.lo is not None and self.lo < self.hi:
             self._forget((self.lo + self.hi) // 2 + 1)
 
     def _forget(self, before_us: int) -> None:
-        """Forget the events ending before ``before_us`` (up to the first one that ends later, per key); ``lo``
+        """Forget the matches ending before ``before_us`` (up to the first one that ends later, per key); ``lo``
         moves there."""
         self.lo = max(self.lo or before_us, before_us)
         empty = []
@@ -364,9 +379,9 @@ class FedEvents:
             del self.keys[key]
 
     def stats(self) -> dict[str, int]:
-        """``{"fed_events", "fed_keys"}``: kept, indexed or not."""
+        """``{"fed_events", "fed_matches"}``: events fed in all, matches kept."""
         with self.lock:
-            return {"fed_events": self.size + len(self.fresh), "fed_keys": len(self.keys)}
+            return {"fed_events": self.fed, "fed_matches": self.size}
 
 
 def _event_id(m: Match) -> int:

@@ -165,7 +165,7 @@ def test_a_runner_started_mid_stream_answers_the_newest_parts_from_the_events_it
         runner = make_runner(algorithm, compile_live_archived(GROUPED), archive, known_ranges=known,
                              allowed_lateness_us=lateness, **options)
         if runner.fed is not None:
-            runner.fed.max_events = max_events
+            runner.fed.max_matches = max_events
         found = []
         for e in after:
             archive.append(e)
@@ -183,4 +183,4 @@ def test_a_runner_started_mid_stream_answers_the_newest_parts_from_the_events_it
         assert stats["fed_events"] == len(after)
         assert known.known_ranges.every  # the first request read every key at once
     else:
-        assert stats["fed_events"] <= max_events + 10  # forgotten as fed (a request indexes, then trims)
+        assert stats["fed_matches"] <= max_events + 10  # forgotten as fed (a request matches, then trims)
