@@ -84,6 +84,23 @@ class Match:
             self._events = events
         return self._events
 
+    def first_event(self) -> Event | None:
+        """The first event bound, slot by slot, without building :attr:`events` (None: no event): the event of a
+        match of a one-event pattern (:func:`engine.lql.pattern_checks.single_event_var`)."""
+        if self._events is not None:
+            for evs in self._events.values():
+                if evs:
+                    return evs[0]
+            return None
+        _, _, kleene = self._layout
+        for k, bound in zip(kleene, self._env):  # type: ignore[arg-type]
+            if not k:
+                if bound is not None:
+                    return bound
+            elif bound:
+                return bound[0]
+        return None
+
     def ids(self) -> dict[str, list[int]]:
         """Variable name -> event ids (the ``events`` object of ``lace match`` output)."""
         return {var: [e.id for e in evs] for var, evs in self.events.items()}

@@ -385,7 +385,5 @@ class FedEvents:
 
 
 def _event_id(m: Match) -> int:
-    for evs in m.events.values():
-        if evs:
-            return int(evs[0].id)
-    return 0
+    e = m.first_event()
+    return 0 if e is None else int(e.id)

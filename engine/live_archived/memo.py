@@ -102,7 +102,8 @@ class ArchivedMemo:
         """Store each of ``fresh``'s matches (from ``found``) and return them by event."""
         by_event: dict[_Key, list[Match]] = {}
         for m in found:
-            (e,) = [x for bound in m.events.values() for x in bound]  # one event per match (single_event_var)
+            e = m.first_event()  # one event per match (single_event_var)
+            assert e is not None
             by_event.setdefault((e.type, e.id, e.ts_end), []).append(m)
         new = {(e.type, e.id, e.ts_end): tuple(by_event.get((e.type, e.id, e.ts_end), ())) for e in fresh}
         with self.lock:

@@ -352,10 +352,8 @@ class LiveArchivedPlan:
         """The key attribute's value of archived instance ``j`` (None without a key plan)."""
         if self.key is None:
             return None
-        for evs in j.events.values():
-            if evs:
-                return evs[0].get(self.key.attr)
-        return None
+        e = j.first_event()
+        return None if e is None else e.get(self.key.attr)
 
     # ---------------------------------------------------------------- ranges and the join
 
