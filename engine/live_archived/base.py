@@ -391,12 +391,16 @@ class Runner:
             self.counters.archived_events_scanned += len(events)
         return events
 
-    def archived_in(self, request: dict[Hashable, list[Range]]) -> dict[Hashable, list[Match]]:
+    def archived_in(
+        self, request: dict[Hashable, list[Range]], *, collect: bool = True, logical: bool = True
+    ) -> dict[Hashable, list[Match]]:
         """One logical archive request, through :attr:`known_ranges`: ``P_A``'s matches whose event ends in each
         key's ranges (``request``: key -> merged ranges, int microseconds; the key None without a key plan), by key,
         in ``(ts_end, id)`` order. Only the parts no earlier request read are read (one read for all keys), and of
         those only what the events this runner was fed do not cover (:attr:`fed`); a part forgotten meanwhile (the
-        bound of :class:`KnownRanges`) is read again.
+        bound of :class:`KnownRanges`) is read again. ``collect`` False: only make sure every range is known, return
+        nothing (the caller takes the matches from :meth:`KnownRanges.candidates`). ``logical`` False: a request
+        counted in ``archive_requests`` already.
 
         Raises
         ------
@@ -407,8 +411,9 @@ class Runner:
         if known is None:
             raise RuntimeError("archived_in needs known_ranges")
         keyed = self.plan.key is not None
-        with self.lock:
-            self.counters.archive_requests += 1
+        if logical:
+            with self.lock:
+                self.counters.archive_requests += 1
         if keyed and self.fed is not None and known.claim_prime():
             self._prime(request)
         missing = known.missing(request)
@@ -421,6 +426,8 @@ class Runner:
         else:
             by_key = self._matches_by_key(self.request(None, missing if keyed else missing[None], logical=False))
             known.add(missing, by_key, self.horizon())
+        if not collect:
+            return {}
         got = known.found(request)
         if got is None:  # forgotten meanwhile (the bound): this request reads its whole ranges
             got = self._matches_by_key(self.request(None, request if keyed else request[None], logical=False))

@@ -70,12 +70,15 @@ class _Key:
     """One key's read ranges and the matches in them (:class:`FedEvents`: its events), in ``(end, id)`` order of
     their event."""
 
-    __slots__ = ("covered", "order", "items")
+    __slots__ = ("covered", "order", "items", "buckets")
 
     def __init__(self) -> None:
         self.covered: list[Range] = []
         self.order: list[tuple[int, int]] = []
         self.items: list[Any] = []
+        self.buckets: dict[Hashable, tuple[list[tuple[int, int, int]], list[Match]]] = {}
+        """With :meth:`KnownRanges.index_by`: the matches by their JOIN equality values, in ``(start, end, id)``
+        order."""
 
 
 class KnownRanges:
@@ -94,6 +97,8 @@ class KnownRanges:
         self.keys: dict[Hashable, _Key] = {}
         self.every: list[Range] = []
         """Ranges read for every key at once (:meth:`add_every`), beside each key's own."""
+        self.index_of: Callable[[Match], Hashable | None] | None = None
+        """:meth:`index_by`'s function (None: no index, or an unhashable value turned it off)."""
         self.primed = False
         """Whether a first read for every key was claimed (:meth:`claim_prime`)."""
         self.size = 0
@@ -114,6 +119,74 @@ class KnownRanges:
         k = self.keys.get(key)
         rest = subtract(ranges, self.every) if self.every else ranges
         return rest if k is None or not rest else subtract(rest, k.covered)
+
+    def index_by(self, values_of: Callable[[Match], Hashable | None]) -> None:
+        """Keep each key's matches by ``values_of(match)`` too (SLLAA's hash join: the archived sides of JOIN's
+        equalities; None: the match joins nothing, not kept there), for :meth:`candidates`. Call before the first
+        :meth:`add`. An unhashable value turns the index off for good (:attr:`index_of` None)."""
+        self.index_of = values_of
+
+    def candidates(
+        self, request: dict[Hashable, list[Range]], wanted: list[tuple[Hashable, Hashable, int, int]]
+    ) -> tuple[list[list[Match]], int] | None:
+        """For each ``(key, values, lo, hi)`` of ``wanted``: the kept matches of ``key`` with those values that start
+        in ``[lo, hi)``, in ``(start, end, id)`` order; and how many matches end in ``request``'s ranges (what
+        :meth:`found` would give). None when some range of ``request`` is no longer wholly read, or without the
+        index: the caller takes :meth:`found`'s way.
+
+        Raises
+        ------
+        TypeError
+            For unhashable ``values``.
+        """
+        with self.lock:
+            if self.index_of is None:
+                return None
+            count = 0
+            for key, ranges in request.items():
+                if self._unread(key, ranges):
+                    return None
+                k = self.keys.get(key)
+                if k is not None:
+                    for lo, hi in ranges:
+                        count += bisect.bisect_left(k.order, (hi, _MIN)) - bisect.bisect_left(k.order, (lo, _MIN))
+            out: list[list[Match]] = []
+            for key, values, lo, hi in wanted:
+                k = self.keys.get(key)
+                b = None if k is None else k.buckets.get(values)
+                if b is None:
+                    out.append([])
+                    continue
+                order, items = b
+                i = bisect.bisect_left(order, (lo, _MIN, _MIN))
+                out.append(items[i:bisect.bisect_left(order, (hi, _MIN, _MIN))])
+            return out, count
+
+    def _bucket(self, k: _Key, m: Match, event_id: int) -> None:
+        """Keep ``m`` in its bucket of ``k`` (under :attr:`lock`, with :attr:`index_of`)."""
+        index_of = self.index_of
+        assert index_of is not None
+        try:
+            values = index_of(m)
+            if values is None:
+                return
+            b = k.buckets.get(values)
+            if b is None:
+                b = k.buckets[values] = ([], [])
+        except TypeError:  # an unhashable value: equalities are compared pair by pair from now on
+            self.index_of = None
+            for other in self.keys.values():
+                other.buckets = {}
+            return
+        order, items = b
+        at = (m.start, m.end, event_id)
+        if not order or at > order[-1]:
+            order.append(at)
+            items.append(m)
+        else:
+            i = bisect.bisect_left(order, at)
+            order.insert(i, at)
+            items.insert(i, m)
 
     def claim_prime(self) -> bool:
         """True once (the caller then reads every key's first ranges in one read, :meth:`add_every`)."""
@@ -171,6 +244,8 @@ class KnownRanges:
                 i = bisect.bisect_left(k.order, at)
                 k.order.insert(i, at)
                 k.items.insert(i, m)
+            if self.index_of is not None:
+                self._bucket(k, m, at[1])
             self.size += 1
         return k
 
@@ -217,6 +292,14 @@ class KnownRanges:
                     del k.order[:i]
                     del k.items[:i]
                     self.size -= i
+                    for values, (order, items) in list(k.buckets.items()):  # in start order: those ending before
+                        n = bisect.bisect_left(order, (before_us, _MIN, _MIN))  # start before it too
+                        keep = [x for x in range(n) if items[x].end >= before_us]
+                        if len(keep) < n:
+                            order[:n] = [order[x] for x in keep]
+                            items[:n] = [items[x] for x in keep]
+                        if not items:
+                            del k.buckets[values]
                 k.covered = [(max(lo, before_us), hi) for lo, hi in k.covered if hi > before_us]
                 if not k.covered and not k.items:  # its items lie in its ranges or in those read for every key
                     empty.append(key)
