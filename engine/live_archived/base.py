@@ -34,6 +34,11 @@ NO_EVENTS: dict[str, tuple[Event, ...]] = {}
 """No events bound: the other side's argument when one side of a JOIN equality is evaluated alone."""
 
 
+def never_equal(value: object) -> bool:
+    """A JOIN equality with this side never holds (null, or NaN: ``NaN == NaN`` is false, as in WHERE)."""
+    return value is None or value != value
+
+
 @dataclass(slots=True)
 class LiveInstance:
     """A complete live instance and when it completed.
@@ -124,6 +129,9 @@ class Runner:
     """
 
     algorithm: ClassVar[str] = ""
+    index_by_start: ClassVar[bool] = False
+    """The order of the known ranges' index buckets (:meth:`join_known`): by start (SLLAA's, as its per-subwindow
+    index had them) or by end (the order of :meth:`archived_in`'s matches, LLAA's and OLLAA's)."""
     reads_by_instance: ClassVar[bool] = True
     """Its requests read live instances' access ranges (:meth:`archived_in`); ALAA reads the archive as it grows."""
 
@@ -174,6 +182,8 @@ class Runner:
         """The access ranges read and ``P_A``'s matches in them, by key (:mod:`engine.live_archived.known_ranges`):
         with ``known_ranges`` (the caller refuses late events of the type, so a range read stays as read), a
         one-event ``P_A`` over the one type ``P_L`` reads; requests read only what was not read before."""
+        if self.known_ranges is not None:  # a hash join index kept as matches become known
+            self.known_ranges.index_by(self._bucket_values, by_start=self.index_by_start)
         self.fed: FedEvents | None = (
             None if self.known_ranges is None
             else FedEvents(self._match_fresh, self._key_of, self.lateness_us)
@@ -452,6 +462,54 @@ class Runner:
     def _key_of(self, j: Match) -> Hashable:
         """Archived instance ``j``'s archive key (None without a key plan)."""
         return self.plan.archived_key(j) if self.plan.key is not None else None
+
+    def join_known(
+        self, request: dict[Hashable, list[Range]], wanted: list[tuple[int, LiveInstance, Hashable, Range]],
+        out: list[list[Match]],
+    ) -> bool:
+        """One logical request through the known ranges' own hash index (:meth:`KnownRanges.index_by`: kept as
+        matches become known, not built per request): only the parts of ``request`` (key -> merged ranges) not
+        known yet are read; each ``(i, instance, key, access range)`` of ``wanted`` is joined into ``out[i]`` with
+        the candidates of its key and JOIN equality values. False (nothing joined, the request counted) when a
+        range was forgotten meanwhile or the index is off: the caller joins :meth:`archived_in`'s matches
+        (``logical=False``)."""
+        known = self.known_ranges
+        assert known is not None
+        plan = self.plan
+        hashed = plan.key is not None and bool(plan.join_equi)
+        self.archived_in(request, collect=False)
+        asks: list[tuple[Hashable, Hashable, int, int]] = []
+        whose: list[tuple[int, LiveInstance]] = []
+        for i, inst, key, (lo, hi) in wanted:
+            values: Hashable = ()
+            if hashed:
+                live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
+                if any(never_equal(v) for v in live):
+                    continue
+                try:
+                    hash(live)
+                except TypeError:  # unhashable here, every archived side hashable: no equality holds
+                    continue
+                values = live
+            asks.append((key, values, lo, hi))
+            whose.append((i, inst))
+        got = known.candidates(request, asks)
+        if got is None:
+            return False
+        lists, count = got
+        with self.lock:
+            self.counters.archived_instances += count
+            for (i, inst), candidates in zip(whose, lists):
+                self.join(inst, candidates, out[i], equi_checked=hashed)
+        return True
+
+    def _bucket_values(self, j: Match) -> Hashable | None:
+        """``j``'s bucket in the known ranges' index: the archived sides of JOIN's equalities (None: a null side,
+        it joins nothing), ``()`` without them."""
+        if self.plan.key is None or not self.plan.join_equi:
+            return ()
+        values = self._equi_values(j)
+        return None if any(never_equal(v) for v in values) else values
 
     def _matches_by_key(self, events: list[Event]) -> dict[Hashable, list[Match]]:
         """``P_A``'s matches over ``events`` (a fresh matcher, in ``(ts_end, id)`` order) by archive key (None

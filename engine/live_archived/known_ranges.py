@@ -78,7 +78,7 @@ class _Key:
         self.items: list[Any] = []
         self.buckets: dict[Hashable, tuple[list[tuple[int, int, int]], list[Match]]] = {}
         """With :meth:`KnownRanges.index_by`: the matches by their JOIN equality values, in ``(start, end, id)``
-        order."""
+        or ``(end, id, 0)`` order."""
 
 
 class KnownRanges:
@@ -99,6 +99,7 @@ class KnownRanges:
         """Ranges read for every key at once (:meth:`add_every`), beside each key's own."""
         self.index_of: Callable[[Match], Hashable | None] | None = None
         """:meth:`index_by`'s function (None: no index, or an unhashable value turned it off)."""
+        self.by_start = False
         self.primed = False
         """Whether a first read for every key was claimed (:meth:`claim_prime`)."""
         self.size = 0
@@ -120,19 +121,21 @@ class KnownRanges:
         rest = subtract(ranges, self.every) if self.every else ranges
         return rest if k is None or not rest else subtract(rest, k.covered)
 
-    def index_by(self, values_of: Callable[[Match], Hashable | None]) -> None:
-        """Keep each key's matches by ``values_of(match)`` too (SLLAA's hash join: the archived sides of JOIN's
-        equalities; None: the match joins nothing, not kept there), for :meth:`candidates`. Call before the first
-        :meth:`add`. An unhashable value turns the index off for good (:attr:`index_of` None)."""
+    def index_by(self, values_of: Callable[[Match], Hashable | None], *, by_start: bool = False) -> None:
+        """Keep each key's matches by ``values_of(match)`` too (a hash join: the archived sides of JOIN's
+        equalities; None: the match joins nothing, not kept there), for :meth:`candidates`, each bucket in
+        ``(start, end, id)`` order (``by_start``) or ``(end, id)`` order. Call before the first :meth:`add`. An
+        unhashable value turns the index off for good (:attr:`index_of` None)."""
         self.index_of = values_of
+        self.by_start = by_start
 
     def candidates(
         self, request: dict[Hashable, list[Range]], wanted: list[tuple[Hashable, Hashable, int, int]]
     ) -> tuple[list[list[Match]], int] | None:
         """For each ``(key, values, lo, hi)`` of ``wanted``: the kept matches of ``key`` with those values that start
-        in ``[lo, hi)``, in ``(start, end, id)`` order; and how many matches end in ``request``'s ranges (what
-        :meth:`found` would give). None when some range of ``request`` is no longer wholly read, or without the
-        index: the caller takes :meth:`found`'s way.
+        (:meth:`index_by`'s ``by_start``; else end) in ``[lo, hi)``, in their bucket's order; and how many matches
+        end in ``request``'s ranges (what :meth:`found` would give). None when some range of ``request`` is no
+        longer wholly read, or without the index: the caller takes :meth:`found`'s way.
 
         Raises
         ------
@@ -179,7 +182,7 @@ class KnownRanges:
                 other.buckets = {}
             return
         order, items = b
-        at = (m.start, m.end, event_id)
+        at = (m.start, m.end, event_id) if self.by_start else (m.end, event_id, 0)
         if not order or at > order[-1]:
             order.append(at)
             items.append(m)
@@ -292,8 +295,8 @@ class KnownRanges:
                     del k.order[:i]
                     del k.items[:i]
                     self.size -= i
-                    for values, (order, items) in list(k.buckets.items()):  # in start order: those ending before
-                        n = bisect.bisect_left(order, (before_us, _MIN, _MIN))  # start before it too
+                    for values, (order, items) in list(k.buckets.items()):  # those ending before it start (or
+                        n = bisect.bisect_left(order, (before_us, _MIN, _MIN))  # end) before it too
                         keep = [x for x in range(n) if items[x].end >= before_us]
                         if len(keep) < n:
                             order[:n] = [order[x] for x in keep]

@@ -33,7 +33,11 @@ class LLAA(Runner):
         [inst] = insts
         key = self.plan.key_of(inst.match)
         if self.known_ranges is not None:  # only what no earlier request of the key read
-            found = self.archived_in({key: [self.access(inst)]})[key]
+            request = {key: [self.access(inst)]}
+            joined: list[list[Match]] = [[]]
+            if self.join_known(request, [(0, inst, key, self.access(inst))], joined):
+                return joined[0]
+            found = self.archived_in(request, logical=False)[key]
         else:
             keys = None if self.plan.key is None else [key]
             found = self.match_archived(self.request(keys, [self.access(inst)]))

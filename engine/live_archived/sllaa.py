@@ -18,18 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from engine.live_archived.base import NO_EVENTS, LiveInstance, Runner
+from engine.live_archived.base import NO_EVENTS, LiveInstance, Runner, never_equal
 from engine.live_archived.plan import NO_KEY, LiveArchivedPlan, Range, merge_ranges
 from engine.live_archived.source import ArchiveSource
 from engine.live_archived.store import InstanceStore
 from engine.match import Match
 
 DEFAULT_MAX_BATCH = 1000
-
-
-def _null(value: object) -> bool:
-    """A JOIN equality with this side never holds (null, or NaN: ``NaN == NaN`` is false, as in WHERE)."""
-    return value is None or value != value
 
 
 class SLLAA(Runner):
@@ -44,6 +39,7 @@ class SLLAA(Runner):
     """
 
     algorithm = "sllaa"
+    index_by_start = True
 
     def __init__(
         self,
@@ -57,8 +53,6 @@ class SLLAA(Runner):
         if tolerance_us < 0 or max_batch < 1:
             raise ValueError("tolerance_us must be >= 0 and max_batch >= 1")
         super().__init__(plan, source, **kw)  # type: ignore[arg-type]
-        if self.known_ranges is not None:  # a hash index kept as matches become known, not built per subwindow
-            self.known_ranges.index_by(self._bucket_values)
         self.tolerance_us = tolerance_us
         self.max_batch = max_batch
         self.sub: list[LiveInstance] = []
@@ -134,7 +128,7 @@ class SLLAA(Runner):
             return out
         request = {k: merge_ranges(v) for k, v in ranges.items()}
         if self.known_ranges is not None and self.known_ranges.index_of is not None:
-            if self._join_known(request, wanted, out):
+            if self.join_known(request, wanted, out):
                 return out
             found = [j for matches in self.archived_in(request, logical=False).values() for j in matches]
         elif self.known_ranges is not None:  # only what no earlier subwindow read
@@ -153,7 +147,7 @@ class SLLAA(Runner):
                 at: Hashable = key
                 if hashed:
                     live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
-                    if any(_null(v) for v in live):
+                    if any(never_equal(v) for v in live):
                         continue
                     at = (key, live)
                 try:
@@ -162,52 +156,6 @@ class SLLAA(Runner):
                     continue
                 self.join(inst, candidates, out[i], equi_checked=hashed)
         return out
-
-    def _join_known(
-        self, request: dict[Hashable, list[Range]], wanted: list[tuple[int, LiveInstance, Hashable, Range]],
-        out: list[list[Match]],
-    ) -> bool:
-        """:meth:`answer_each` through the known ranges' own hash index (:meth:`KnownRanges.index_by`, kept as
-        matches become known instead of built again per subwindow): only the parts of ``request`` not known yet
-        are read; join each of ``wanted`` into ``out``. False (nothing joined) when a range was forgotten
-        meanwhile or the index is off: the caller joins through :meth:`archived_in`'s matches."""
-        known = self.known_ranges
-        assert known is not None
-        plan = self.plan
-        hashed = plan.key is not None and bool(plan.join_equi)
-        self.archived_in(request, collect=False)
-        asks: list[tuple[Hashable, Hashable, int, int]] = []
-        whose: list[tuple[int, LiveInstance]] = []
-        for i, inst, key, (lo, hi) in wanted:
-            values: Hashable = ()
-            if hashed:
-                live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
-                if any(_null(v) for v in live):
-                    continue
-                try:
-                    hash(live)
-                except TypeError:  # unhashable here, every archived side hashable: no equality holds
-                    continue
-                values = live
-            asks.append((key, values, lo, hi))
-            whose.append((i, inst))
-        got = known.candidates(request, asks)
-        if got is None:
-            return False
-        lists, count = got
-        with self.lock:
-            self.counters.archived_instances += count
-            for (i, inst), candidates in zip(whose, lists):
-                self.join(inst, candidates, out[i], equi_checked=hashed)
-        return True
-
-    def _bucket_values(self, j: Match) -> Hashable | None:
-        """``j``'s bucket in the known ranges' index: the archived sides of JOIN's equalities (None: a null side,
-        it joins nothing), ``()`` without them."""
-        if self.plan.key is None or not self.plan.join_equi:
-            return ()
-        values = self._equi_values(j)
-        return None if any(_null(v) for v in values) else values
 
     def _index(self, found: list[Match], hashed: bool) -> InstanceStore:
         """The archived instances ``found`` by archive key and, when ``hashed``, by their archived sides of JOIN's
@@ -227,7 +175,7 @@ class SLLAA(Runner):
                 store.add(j)
                 continue
             values = self._equi_values(j)
-            if not any(_null(v) for v in values):
+            if not any(never_equal(v) for v in values):
                 store.add_under((plan.archived_key(j), values), j)
         return store
 
