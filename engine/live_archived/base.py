@@ -508,8 +508,13 @@ class Runner:
         it joins nothing), ``()`` without them."""
         if self.plan.key is None or not self.plan.join_equi:
             return ()
-        values = self._equi_values(j)
+        values = self._archived_sides(j)  # once per match: not kept in the cache of _equi_values
         return None if any(never_equal(v) for v in values) else values
+
+    def _archived_sides(self, j: Match) -> tuple[Any, ...]:
+        """The archived sides of :attr:`LiveArchivedPlan.join_equi` on ``j``, evaluated."""
+        b = j.events
+        return tuple(e.archived(NO_EVENTS, b, None) for e in self.plan.join_equi)
 
     def _matches_by_key(self, events: list[Event]) -> dict[Hashable, list[Match]]:
         """``P_A``'s matches over ``events`` (a fresh matcher, in ``(ts_end, id)`` order) by archive key (None
@@ -616,8 +621,7 @@ class Runner:
             hit = cache.get(id(j))
             if hit is not None and hit[0] is j:
                 return hit[1]
-        b = j.events
-        got = tuple(e.archived(NO_EVENTS, b, None) for e in self.plan.join_equi)
+        got = self._archived_sides(j)
         if cache is not None:
             memo = self.archived_memo  # a cache implies the memo
             if memo is not None and len(cache) >= memo.max_events:
