@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from sortedcontainers import SortedList
 
@@ -71,8 +71,17 @@ class Ledger:
         event of the query's types at or before this position is in this batch or an earlier one (the service's
         last position when it offered the batch: the events of other types between do not concern the query).
         The batch counts as matched at :meth:`matched`."""
-        known = [] if seqs is None else [(s, e.ts_end) for e, s in zip(events, seqs, strict=True) if s is not None]
-        candidates = [s for s, _ in known]
+        if seqs is not None and len(seqs) != len(events):
+            raise ValueError(f"{len(events)} events with {len(seqs)} positions")
+        if seqs is None or not seqs:
+            known: Sequence[int] = []
+            ends: list[int] = []
+        elif None in seqs:  # rare: rows archived before positions existed
+            pairs = [(s, e.ts_end) for e, s in zip(events, seqs) if s is not None]
+            known, ends = [s for s, _ in pairs], [t for _, t in pairs]
+        else:
+            known, ends = cast(Sequence[int], seqs), [e.ts_end for e in events]
+        candidates = [max(known)] if known else []
         if upto is not None and (known or self.last_seq is not None):  # once the query has had an event of its own
             candidates.append(upto)
         last = max(candidates, default=None)
@@ -80,8 +89,8 @@ class Ledger:
             self._matching = last
             if not known:
                 return
-            first = min(s for s, _ in known)
-            top = max(t for _, t in known)
+            first = min(known)
+            top = max(ends)
             if self._batches and first >= self._batches[-1][0] and top <= self._batches[-1][1]:
                 return  # covered by the last batch's entry: nothing later in it can be needed earlier
             self._batches.append((first, top))
