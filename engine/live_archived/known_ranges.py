@@ -359,7 +359,10 @@ class FedEvents:
         self.size = 0
         self.fed = 0
         self.lo: int | None = None
-        """Every event ending at or after this was fed (None: nothing fed yet)."""
+        """Every event ending at or after this was fed and its matches are kept (None: nothing fed yet): the larger
+        of what the fed events bound and :attr:`floor`."""
+        self.floor: int | None = None
+        """Matches ending before this were forgotten (:meth:`_forget`)."""
         self.newest = _MIN
         self.hi = _MIN
         """Every event ending before this that will ever be ingested was fed: ``newest end - lateness``."""
@@ -372,7 +375,7 @@ class FedEvents:
         with self.lock:
             low = min(ends) + self.lateness_us + 1  # anything ingested before it ended by min + lateness
             if self.lo is None or low < self.lo:
-                self.lo = low
+                self.lo = low if self.floor is None else max(low, self.floor)
             top = max(ends)
             if top > self.newest:
                 self.newest = top
@@ -448,6 +451,7 @@ class FedEvents:
     def _forget(self, before_us: int) -> None:
         """Forget the matches ending before ``before_us`` (up to the first one that ends later, per key); ``lo``
         moves there."""
+        self.floor = before_us if self.floor is None else max(self.floor, before_us)
         self.lo = max(self.lo or before_us, before_us)
         empty = []
         for key, k in self.keys.items():

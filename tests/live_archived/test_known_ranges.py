@@ -200,3 +200,21 @@ def test_a_runner_started_mid_stream_answers_the_newest_parts_from_the_events_it
         assert known.known_ranges.every  # the first request read every key at once
     else:
         assert stats["fed_matches"] <= max_events + 10  # forgotten as fed (a request matches, then trims)
+
+
+def test_fed_events_never_claim_a_range_they_forgot():
+    """Past the bound the older half of ``[lo, hi)`` is forgotten and ``lo`` moves up; no later batch moves it back
+    below what was forgotten, and a request there is left to the archive."""
+    runner = make_runner("llaa", compile_live_archived(GROUPED), MemoryArchive(), known_ranges=True)
+    fed = runner.fed
+    fed.max_matches = 50
+    events = [Event(i, "s", i * S, {"k": i % 3, "v": 10, "g": 0}) for i in range(1, 401)]
+    for i in range(0, 400, 20):
+        fed.feed(events[i:i + 20])
+    covered, found, rest = fed.take({0: [(0, 400 * S)]})
+    lo, hi = fed.complete()
+    assert fed.floor is not None and lo == fed.floor > S and hi == 400 * S
+    assert covered == {0: [(lo, hi)]} and rest == {0: [(0, lo)]}
+    assert sorted(m.end for m in found[0]) == [e.ts for e in events if e.attrs["k"] == 0 and lo <= e.ts < hi]
+    fed.feed([Event(401, "s", 2 * S, {"k": 0, "v": 10, "g": 0})])  # ends long before: lo stays where it was
+    assert fed.complete()[0] == lo
