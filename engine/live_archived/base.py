@@ -483,8 +483,8 @@ class Runner:
         for i, inst, key, (lo, hi) in wanted:
             values: Hashable = ()
             if hashed:
-                live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
-                if any(never_equal(v) for v in live):
+                live = self._live_sides(inst)
+                if live is None:
                     continue
                 try:
                     hash(live)
@@ -510,6 +510,12 @@ class Runner:
             return ()
         values = self._archived_sides(j)  # once per match: not kept in the cache of _equi_values
         return None if any(never_equal(v) for v in values) else values
+
+    def _live_sides(self, inst: LiveInstance) -> tuple[Any, ...] | None:
+        """The live sides of :attr:`LiveArchivedPlan.join_equi` on ``inst`` (None: one never equals, the instance
+        joins nothing)."""
+        live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in self.plan.join_equi)
+        return None if any(never_equal(v) for v in live) else live
 
     def _archived_sides(self, j: Match) -> tuple[Any, ...]:
         """The archived sides of :attr:`LiveArchivedPlan.join_equi` on ``j``, evaluated."""

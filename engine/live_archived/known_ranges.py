@@ -30,10 +30,10 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from typing import Any
 
 from engine.events import Event
 from engine.live_archived.plan import Range, merge_ranges
+from engine.live_archived.store import keep_sorted
 from engine.match import Match
 
 _MIN = -(1 << 63)
@@ -67,15 +67,14 @@ def subtract(ranges: list[Range], covered: list[Range]) -> list[Range]:
 
 
 class _Key:
-    """One key's read ranges and the matches in them (:class:`FedEvents`: its events), in ``(end, id)`` order of
-    their event."""
+    """One key's read ranges and the matches in them, in ``(end, id)`` order of their event."""
 
     __slots__ = ("covered", "order", "items", "buckets")
 
     def __init__(self) -> None:
         self.covered: list[Range] = []
         self.order: list[tuple[int, int]] = []
-        self.items: list[Any] = []
+        self.items: list[Match] = []
         self.buckets: dict[Hashable, tuple[list[tuple[int, int, int]], list[Match]]] = {}
         """With :meth:`KnownRanges.index_by`: the matches by their JOIN equality values, in ``(start, end, id)``
         or ``(end, id, 0)`` order."""
@@ -182,14 +181,7 @@ class KnownRanges:
                 other.buckets = {}
             return
         order, items = b
-        at = (m.start, m.end, event_id) if self.by_start else (m.end, event_id, 0)
-        if not order or at > order[-1]:
-            order.append(at)
-            items.append(m)
-        else:
-            i = bisect.bisect_left(order, at)
-            order.insert(i, at)
-            items.insert(i, m)
+        keep_sorted(order, items, (m.start, m.end, event_id) if self.by_start else (m.end, event_id, 0), m)
 
     def claim_prime(self) -> bool:
         """True once (the caller then reads every key's first ranges in one read, :meth:`add_every`)."""
@@ -239,16 +231,10 @@ class KnownRanges:
             end = m.end
             if not any(lo <= end < hi for lo, hi in new):
                 continue
-            at = (end, _event_id(m))
-            if not k.order or at > k.order[-1]:
-                k.order.append(at)
-                k.items.append(m)
-            else:
-                i = bisect.bisect_left(k.order, at)
-                k.order.insert(i, at)
-                k.items.insert(i, m)
+            event_id = _event_id(m)
+            keep_sorted(k.order, k.items, (end, event_id), m)
             if self.index_of is not None:
-                self._bucket(k, m, at[1])
+                self._bucket(k, m, event_id)
             self.size += 1
         return k
 
@@ -364,8 +350,7 @@ class FedEvents:
         self.floor: int | None = None
         """Matches ending before this were forgotten (:meth:`_forget`)."""
         self.newest = _MIN
-        self.hi = _MIN
-        """Every event ending before this that will ever be ingested was fed: ``newest end - lateness``."""
+        """The newest end fed."""
 
     def feed(self, events: Sequence[Event]) -> None:
         """Take a batch of fed events (every event of the type, in ingest order; the runner's thread)."""
@@ -376,14 +361,16 @@ class FedEvents:
             low = min(ends) + self.lateness_us + 1  # anything ingested before it ended by min + lateness
             if self.lo is None or low < self.lo:
                 self.lo = low if self.floor is None else max(low, self.floor)
-            top = max(ends)
-            if top > self.newest:
-                self.newest = top
-                self.hi = top - self.lateness_us
+            self.newest = max(self.newest, max(ends))
             self.fresh += events
             self.fed += len(events)
             if len(self.fresh) > self.max_matches // 4:  # match (and trim) as fed when no request asks
                 self._index()
+
+    @property
+    def hi(self) -> int:
+        """Every event ending before this that will ever be ingested was fed: ``newest end - lateness``."""
+        return self.newest - self.lateness_us
 
     def complete(self) -> tuple[int | None, int]:
         """``(lo, hi)``: every event ending in ``[lo, hi)`` was fed (lo None: nothing fed yet)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from engine.live_archived.base import NO_EVENTS, LiveInstance, Runner, never_equal
+from engine.live_archived.base import LiveInstance, Runner, never_equal
 from engine.live_archived.plan import NO_KEY, LiveArchivedPlan, Range, merge_ranges
 from engine.live_archived.source import ArchiveSource
 from engine.live_archived.store import InstanceStore
@@ -146,8 +146,8 @@ class SLLAA(Runner):
             for i, inst, key, (lo, hi) in wanted:
                 at: Hashable = key
                 if hashed:
-                    live = tuple(e.live(inst.match.events, NO_EVENTS, None) for e in plan.join_equi)
-                    if any(never_equal(v) for v in live):
+                    live = self._live_sides(inst)
+                    if live is None:
                         continue
                     at = (key, live)
                 try:

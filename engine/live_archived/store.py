@@ -11,9 +11,22 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Hashable, Iterator
+from typing import Any
 
 from engine.live_archived.plan import LiveArchivedPlan
 from engine.match import Match
+
+
+def keep_sorted(order: list[Any], items: list[Any], at: Any, item: Any) -> None:
+    """Put ``item`` into ``items`` where its sort key ``at`` belongs in ``order`` (two parallel lists sorted by
+    ``order``; an append when ``at`` is the largest, the usual case)."""
+    if not order or at > order[-1]:
+        order.append(at)
+        items.append(item)
+    else:
+        i = bisect.bisect_left(order, at)
+        order.insert(i, at)
+        items.insert(i, item)
 
 
 class InstanceStore:
@@ -48,14 +61,7 @@ class InstanceStore:
         if bucket is None:
             bucket = self._by_key[key] = ([], [])
         order, items = bucket
-        k = (j.start, next(self._seq))
-        if not order or k > order[-1]:
-            order.append(k)
-            items.append(j)
-        else:
-            i = bisect.bisect_left(order, k)
-            order.insert(i, k)
-            items.insert(i, j)
+        keep_sorted(order, items, (j.start, next(self._seq)), j)
         self.size += 1
 
     def candidates(self, key: Hashable, lo_us: int, hi_us: int) -> Iterator[Match]:
